@@ -1,0 +1,54 @@
+"""Build the Cython extensions of cpe.
+
+Directives live here, once. Set CPE_CYTHON_CHECKS=1 to build with bounds,
+wraparound and initialization checks (a debug build for CI).
+"""
+
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+CHECKS = os.environ.get("CPE_CYTHON_CHECKS", "0") == "1"
+
+DIRECTIVES = {
+    "language_level": 3,
+    "boundscheck": CHECKS,
+    "wraparound": CHECKS,
+    "initializedcheck": CHECKS,
+    "cdivision": True,
+    "embedsignature": True,
+    "freethreading_compatible": True,
+}
+
+# Never -ffast-math/-Ofast (they change the host's floating-point state) nor
+# -march=native (wheels run on any CPU). Contraction into FMA is off so that
+# every platform rounds the same way; the kernels call fma() where they need it.
+FLAGS = {
+    "msvc": ["/O2", "/fp:precise"],
+    "unix": ["-O3", "-ffp-contract=off"],
+}
+
+
+class BuildExt(build_ext):
+    def build_extensions(self) -> None:
+        flags = FLAGS.get(self.compiler.compiler_type, FLAGS["unix"])
+        for ext in self.extensions:
+            ext.extra_compile_args = flags + ext.extra_compile_args
+        super().build_extensions()
+
+
+extensions = [
+    Extension("cpe.kernels", ["src/cpe/kernels.pyx"]),
+    Extension("cpe._core", ["src/cpe/_core.pyx"]),
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives=DIRECTIVES,
+        include_path=["src"],
+    ),
+    cmdclass={"build_ext": BuildExt},
+)

@@ -1,0 +1,69 @@
+# cython: language_level=3
+"""C-level API of cpe, for ``cimport`` from other Cython packages.
+
+Every function here is ``noexcept nogil``, takes raw pointers into buffers the
+caller owns, never allocates per element and never raises. They return a status
+code: ``CPE_OK`` (0), ``CPE_ERR_ARGUMENT`` (an argument is out of range; nothing
+was written) or ``CPE_ERR_NOMEM`` (scratch memory could not be allocated;
+nothing was written).
+
+The encoding (see the README for the conventions) is described by
+
+* ``width``   -- the number of columns ``D`` of each output row;
+* ``n_freq``  -- the number of frequencies, ``1 <= 2 * n_freq <= width + 1``;
+* ``w_hi``, ``w_lo`` -- the frequencies as double-doubles ``w_j = w_hi[j] + w_lo[j]``,
+  filled by :c:func:`frequencies`;
+* ``layout``  -- which column holds ``sin(p w_j)`` and ``cos(p w_j)``:
+  ``CPE_LAYOUT_INTERLEAVED`` (sin at ``2j``, cos at ``2j + 1``),
+  ``CPE_LAYOUT_SIN_COS`` (all sines, then all cosines) or
+  ``CPE_LAYOUT_COS_SIN`` (all cosines, then all sines).
+
+Each row holds ``n_sin = n_freq`` sines, ``n_cos = min(n_freq, width - n_freq)``
+cosines (the frequencies ``j < n_cos``) and zeros in the columns from
+``n_sin + n_cos`` on.
+
+Signatures (stable; a test snapshots them)::
+
+    int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
+                    double base, double exponent_den, double scale)
+    int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
+                           Py_ssize_t width, const double* w_hi, const double* w_lo,
+                           Py_ssize_t n_freq, int layout)
+    int fill_positions_f32(float* out, ...same...)
+    int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
+                       Py_ssize_t width, const double* w_hi, const double* w_lo,
+                       Py_ssize_t n_freq, int layout)
+    int fill_table_f32(float* out, ...same...)
+"""
+
+cdef enum:
+    CPE_OK = 0
+    CPE_ERR_ARGUMENT = -1
+    CPE_ERR_NOMEM = -2
+
+cdef enum:
+    CPE_LAYOUT_INTERLEAVED = 0
+    CPE_LAYOUT_SIN_COS = 1
+    CPE_LAYOUT_COS_SIN = 2
+
+# w_j = scale * base ** (-j / exponent_den) for j < n_freq, to about 2**-100 relative.
+# The paper's frequencies are exponent_den = width / 2.
+cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
+                     double base, double exponent_den, double scale) noexcept nogil
+
+# Row i of out (C order, rows of `width`) encodes position positions[i].
+cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil
+cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil
+
+# Row i of out encodes position start + i; start and start + n_rows must be
+# integers of magnitude <= 2**53 (so that every position is exact).
+cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
+                        Py_ssize_t width, const double* w_hi, const double* w_lo,
+                        Py_ssize_t n_freq, int layout) noexcept nogil
+cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
+                        Py_ssize_t width, const double* w_hi, const double* w_lo,
+                        Py_ssize_t n_freq, int layout) noexcept nogil
