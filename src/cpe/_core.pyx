@@ -70,11 +70,12 @@ cdef double _as_base(base) except? -1.0:
 
 
 cdef object _as_dtype(dtype):
+    # dtype=None means float64, as in NumPy.
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt not in _DTYPES:
+    if dt is None or dt not in _DTYPES:
         raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
     return dt
 

@@ -11,7 +11,7 @@ the accuracy:
   ``(sin, cos)((start + q R) w)``, both computed as above, so only
   ``R + n / R`` rows call libm and every value stays within a few ulp.
 """
-from libc.math cimport sin, cos, exp, log, fma, ldexp, floor, ceil, sqrt, isfinite
+from libc.math cimport sin, cos, log, fma, fabs, ldexp, floor, ceil, sqrt, isfinite
 from libc.stdlib cimport malloc, free
 from cython cimport floating
 
@@ -152,13 +152,21 @@ cdef inline int _columns(Py_ssize_t width, Py_ssize_t n_freq, int layout,
 cdef inline void _sincos(double p, double w_hi, double w_lo,
                          double* s, double* c) noexcept nogil:
     # p * w as th + tl exactly (to ~2**-100 relative), then a first-order
-    # correction: the neglected tl**2 / 2 is below 2e-21 for |th| <= 2**20.
+    # correction: the neglected tl**2 / 2 is below 2**-57 while |tl| <= 2**-28,
+    # which holds for every |th| < 2**24. Beyond, add the two angles in full.
     cdef double th = p * w_hi
     cdef double tl = fma(p, w_hi, -th) + p * w_lo
     cdef double sn = sin(th)
     cdef double cs = cos(th)
-    s[0] = sn + tl * cs
-    c[0] = cs - tl * sn
+    cdef double sl, cl
+    if fabs(tl) <= 3.725290298461914e-09:
+        s[0] = sn + tl * cs
+        c[0] = cs - tl * sn
+    else:
+        sl = sin(tl)
+        cl = cos(tl)
+        s[0] = sn * cl + cs * sl
+        c[0] = cs * cl - sn * sl
 
 
 cdef inline void _direct_row(floating* row, double p, const double* w_hi,

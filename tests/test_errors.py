@@ -1,0 +1,138 @@
+"""Bad input: a clear exception naming the argument, and nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpe
+
+GOOD = {"position": [1, 2], "D": 4}
+
+BAD_ARGUMENTS = [
+    # (keyword overrides, exception, text that must appear in the message)
+    ({"D": 4.0}, TypeError, "D must be an integer"),
+    ({"D": "4"}, TypeError, "D must be an integer"),
+    ({"D": True}, TypeError, "D must be an integer"),
+    ({"D": None}, TypeError, "D must be an integer"),
+    ({"D": 0}, ValueError, "D must be >= 1"),
+    ({"D": -3}, ValueError, "D must be >= 1"),
+    ({"D": 2**70}, ValueError, "D is too large"),
+    ({"position": [1.0, np.nan]}, ValueError, "position must be finite"),
+    ({"position": np.inf}, ValueError, "position must be finite"),
+    ({"position": [-np.inf]}, ValueError, "position must be finite"),
+    ({"position": True}, TypeError, "position"),
+    ({"position": [True, False]}, TypeError, "position"),
+    ({"position": "3"}, TypeError, "position"),
+    ({"position": [1 + 2j]}, TypeError, "position"),
+    ({"position": None}, TypeError, "position"),
+    ({"position": [object()]}, TypeError, "position"),
+    ({"position": [[1, 2], [3]]}, TypeError, "position"),
+    ({"position": 2**60}, ValueError, "position"),
+    ({"position": [2**60]}, ValueError, "position"),
+    ({"position": np.array([-(2**60)])}, ValueError, "position"),
+    ({"position": np.array(["2001-01-01"], dtype="datetime64[D]")}, TypeError, "position"),
+    ({"position": [1.5e308], "base": 0.5}, ValueError, "overflows"),
+    ({"base": 0}, ValueError, "base must be > 0"),
+    ({"base": -10.0}, ValueError, "base must be > 0"),
+    ({"base": np.nan}, ValueError, "base must be finite"),
+    ({"base": np.inf}, ValueError, "base must be finite"),
+    ({"base": 10**400}, ValueError, "base must be finite"),
+    ({"base": "10000"}, TypeError, "base must be a real number"),
+    ({"base": 1j}, TypeError, "base must be a real number"),
+    ({"base": True}, TypeError, "base must be a real number"),
+    ({"base": [10000.0]}, TypeError, "base must be a real number"),
+    ({"dtype": np.int32}, TypeError, "dtype must be float64, float32 or float16"),
+    ({"dtype": "complex128"}, TypeError, "dtype must be"),
+    ({"dtype": "banana"}, TypeError, "dtype must be"),
+    ({"dtype": ">f8"}, TypeError, "dtype must be"),
+    ({"dtype": np.longdouble}, TypeError, "dtype must be"),
+]
+
+
+@pytest.mark.parametrize(("override", "exc", "text"), BAD_ARGUMENTS)
+def test_positional_encoding_rejects(override, exc, text):
+    kwargs = {**GOOD, **override}
+    position, D = kwargs.pop("position"), kwargs.pop("D")
+    with pytest.raises(exc, match=text):
+        cpe.positional_encoding(position, D, **kwargs)
+
+
+TABLE_BAD = [
+    ({"n": -1}, ValueError, "n must be >= 0"),
+    ({"n": 2.0}, TypeError, "n must be an integer"),
+    ({"n": False}, TypeError, "n must be an integer"),
+    ({"D": 0}, ValueError, "D must be >= 1"),
+    ({"start": 1.5}, TypeError, "start must be an integer"),
+    ({"start": True}, TypeError, "start must be an integer"),
+    ({"start": 2**53}, ValueError, "start"),
+    ({"start": -(2**53) - 1}, ValueError, "start"),
+    ({"base": -1}, ValueError, "base"),
+    ({"dtype": "int8"}, TypeError, "dtype"),
+    ({"n": 2**40, "D": 2**40}, ValueError, "too large"),
+]
+
+
+@pytest.mark.parametrize(("override", "exc", "text"), TABLE_BAD)
+def test_positional_encoding_table_rejects(override, exc, text):
+    kwargs = {"n": 3, "D": 4, **override}
+    n, D = kwargs.pop("n"), kwargs.pop("D")
+    with pytest.raises(exc, match=text):
+        cpe.positional_encoding_table(n, D, **kwargs)
+
+
+def test_unallocatable_table_is_a_memory_error():
+    with pytest.raises(MemoryError):
+        cpe.positional_encoding_table(2**36, 2**20)
+
+
+def sentinel(shape, dtype=np.float64):
+    return np.full(shape, 7.0, dtype=dtype)
+
+
+BAD_OUTS = [
+    (lambda: [0.0] * 8, TypeError, "out must be a numpy.ndarray"),
+    (lambda: sentinel((2, 4), np.float32), TypeError, "out must have dtype float64"),
+    (lambda: sentinel((2, 4)).astype(">f8"), TypeError, "out must have dtype"),
+    (lambda: sentinel((2, 5)), ValueError, "out must have shape"),
+    (lambda: sentinel((8,)), ValueError, "out must have shape"),
+    (lambda: sentinel((4, 2)).T, ValueError, "C-contiguous"),
+    (lambda: sentinel((2, 8))[:, ::2], ValueError, "C-contiguous"),
+    (lambda: np.frombuffer(bytearray(65), dtype=np.float64, offset=1).reshape(2, 4), ValueError, "aligned"),
+]
+
+
+@pytest.mark.parametrize(("make_out", "exc", "text"), BAD_OUTS)
+def test_bad_out_is_rejected(make_out, exc, text):
+    out = make_out()
+    with pytest.raises(exc, match=text):
+        cpe.positional_encoding([1, 2], 4, out=out)
+    with pytest.raises(exc, match=text):
+        cpe.positional_encoding_table(2, 4, out=out)
+
+
+def test_read_only_out_is_rejected_and_unchanged():
+    out = sentinel((2, 4))
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be writeable"):
+        cpe.positional_encoding([1, 2], 4, out=out)
+    np.testing.assert_array_equal(out, 7.0)
+
+
+@pytest.mark.parametrize(("override", "exc", "text"), BAD_ARGUMENTS)
+def test_out_is_untouched_when_another_argument_is_bad(override, exc, text):
+    out = sentinel((2, 4))
+    kwargs = {**GOOD, **override}
+    position, D = kwargs.pop("position"), kwargs.pop("D")
+    with pytest.raises(exc):
+        cpe.positional_encoding(position, D, out=out, **kwargs)
+    np.testing.assert_array_equal(out, 7.0)
+
+
+def test_out_is_untouched_by_a_bad_table_request():
+    out = sentinel((3, 4))
+    with pytest.raises(ValueError):
+        cpe.positional_encoding_table(3, 4, base=-1.0, out=out)
+    with pytest.raises(ValueError):
+        cpe.positional_encoding_table(3, 4, start=2**53, out=out)
+    np.testing.assert_array_equal(out, 7.0)

@@ -1,0 +1,170 @@
+"""Values, shapes and dtypes against the definition and the plain-NumPy oracle."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cpe
+from cpe import _reference
+
+# The oracle rounds w_j before multiplying: |error| <= ~1e-16 * |p| * 8.
+def tolerance(max_position: float) -> float:
+    return 1e-15 * max(1.0, max_position) * 8
+
+
+def test_origin_is_sin0_cos0():
+    np.testing.assert_array_equal(cpe.positional_encoding(0, 4), [0.0, 1.0, 0.0, 1.0])
+
+
+def test_definition_written_out_by_hand():
+    # D = 4: w_0 = 1, w_1 = 10000 ** (-2/4) = 0.01
+    p = 3
+    expected = [math.sin(3), math.cos(3), math.sin(0.03), math.cos(0.03)]
+    np.testing.assert_allclose(cpe.positional_encoding(p, 4), expected, rtol=0, atol=1e-16)
+
+
+def test_odd_columns_use_the_previous_frequency_not_the_next():
+    # The np.roll(div_term, -1) variant would use w_{j+1} for cos column 2j+1.
+    D, p = 6, 50
+    row = cpe.positional_encoding(p, D)
+    w = [10000.0 ** (-2 * j / D) for j in range(3)]
+    for j in range(3):
+        assert row[2 * j + 1] == pytest.approx(math.cos(p * w[j]), abs=1e-15)
+        assert abs(row[2 * j + 1] - math.cos(p * w[(j + 1) % 3])) > 1e-3
+
+
+@pytest.mark.parametrize("D", [1, 3, 5, 9, 101])
+def test_odd_width_ends_with_a_sine(D):
+    p = 17
+    row = cpe.positional_encoding(p, D)
+    w_last = 10000.0 ** (-2 * (D // 2) / D)
+    assert row[-1] == pytest.approx(math.sin(p * w_last), abs=1e-15)
+
+
+@pytest.mark.parametrize("D", [1, 2, 3, 4, 7, 64, 255, 512, 1000])
+@pytest.mark.parametrize("base", [10000.0, 10.0, 500000.0])
+def test_matches_oracle_for_arrays(D, base):
+    rng = np.random.default_rng(D)
+    positions = rng.integers(-5000, 5000, size=(3, 5))
+    got = cpe.positional_encoding(positions, D, base=base)
+    assert got.shape == (3, 5, D)
+    np.testing.assert_allclose(got, _reference.positional_encoding(positions, D, base=base), rtol=0, atol=tolerance(5000))
+
+
+@pytest.mark.parametrize(("n", "D", "start"), [(0, 4, 0), (1, 1, 0), (16, 8, 3), (17, 9, -20), (1000, 64, 0), (4099, 130, 77)])
+def test_table_matches_oracle(n, D, start):
+    got = cpe.positional_encoding_table(n, D, start=start)
+    assert got.shape == (n, D)
+    expected = _reference.positional_encoding_table(n, D, start=start)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance(abs(start) + n))
+
+
+@pytest.mark.parametrize(("n", "D", "start"), [(5, 6, 0), (300, 33, -150), (2000, 512, 999_000)])
+def test_table_rows_equal_single_positions(n, D, start):
+    table = cpe.positional_encoding_table(n, D, start=start)
+    singles = cpe.positional_encoding(np.arange(start, start + n), D)
+    # Both paths are within 1e-15 of the exact value (see test_accuracy).
+    np.testing.assert_allclose(table, singles, rtol=0, atol=2e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "float32", np.dtype("f4"), np.float16, "float16", np.float64, float, "f8"])
+def test_dtypes_are_rounded_once_from_float64(dtype):
+    dt = np.dtype(dtype)
+    positions = np.arange(-40, 2000, 37)
+    got = cpe.positional_encoding(positions, 50, dtype=dtype)
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got, cpe.positional_encoding(positions, 50).astype(dt))
+    table = cpe.positional_encoding_table(500, 50, start=-40, dtype=dtype)
+    assert table.dtype == dt
+    np.testing.assert_array_equal(table, cpe.positional_encoding_table(500, 50, start=-40).astype(dt))
+
+
+@pytest.mark.parametrize(
+    "position",
+    [5, np.int8(5), np.int64(5), np.uint16(5), 5.0, np.float32(5.0), np.float16(5.0), np.array(5), [5], [[5]], (5,), np.array([5], dtype=">i4"), np.array([5.0], dtype=">f8")],
+)
+def test_position_kinds_agree(position):
+    got = cpe.positional_encoding(position, 8)
+    assert got.shape == np.shape(position) + (8,)
+    np.testing.assert_array_equal(got.reshape(-1, 8)[0], cpe.positional_encoding(5, 8))
+
+
+def test_non_contiguous_positions():
+    base = np.arange(40.0).reshape(8, 5)
+    view = base[::2, ::-2]
+    np.testing.assert_array_equal(cpe.positional_encoding(view, 12), cpe.positional_encoding(view.copy(), 12))
+
+
+def test_empty_positions():
+    assert cpe.positional_encoding([], 6).shape == (0, 6)
+    assert cpe.positional_encoding(np.zeros((2, 0)), 6).shape == (2, 0, 6)
+
+
+def test_real_positions_are_not_rounded_to_integers():
+    a = cpe.positional_encoding(998.39, 16)
+    np.testing.assert_allclose(a, _reference.positional_encoding(998.39, 16), rtol=0, atol=1e-12)
+    assert not np.array_equal(a, cpe.positional_encoding(998, 16))
+
+
+def test_negative_positions_are_odd_in_sine_even_in_cosine():
+    pos = cpe.positional_encoding(1234, 10)
+    neg = cpe.positional_encoding(-1234, 10)
+    np.testing.assert_array_equal(neg[0::2], -pos[0::2])
+    np.testing.assert_array_equal(neg[1::2], pos[1::2])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_out_is_filled_and_returned(dtype):
+    out = np.full((3, 10), np.nan, dtype=dtype)
+    result = cpe.positional_encoding([1, 2, 3], 10, dtype=dtype, out=out)
+    assert result is out
+    np.testing.assert_array_equal(out, cpe.positional_encoding([1, 2, 3], 10, dtype=dtype))
+    table_out = np.full((4, 10), np.nan, dtype=dtype)
+    assert cpe.positional_encoding_table(4, 10, start=1, dtype=dtype, out=table_out) is table_out
+    np.testing.assert_array_equal(table_out, cpe.positional_encoding_table(4, 10, start=1, dtype=dtype))
+
+
+def test_out_for_a_scalar_position():
+    out = np.empty(6)
+    assert cpe.positional_encoding(2, 6, out=out) is out
+    np.testing.assert_array_equal(out, cpe.positional_encoding(2, 6))
+
+
+def test_positions_overlapping_out_are_read_before_writing():
+    buf = np.zeros((4, 4))
+    buf[:, 0] = [1, 2, 3, 4]
+    positions = buf[:, 0]
+    expected = cpe.positional_encoding(positions.copy(), 1)
+    target = buf[:, :1]
+    # target is not C-contiguous here; use a contiguous overlap instead
+    flat = np.zeros(4)
+    flat[:] = [1, 2, 3, 4]
+    result = cpe.positional_encoding(flat, 1, out=flat.reshape(4, 1))
+    np.testing.assert_array_equal(result, expected)
+    assert target.shape == (4, 1)
+
+
+def test_results_do_not_alias_the_frequency_cache():
+    a = cpe.positional_encoding(3, 8)
+    a[:] = 42.0
+    np.testing.assert_array_equal(cpe.positional_encoding(0, 8), [0, 1, 0, 1, 0, 1, 0, 1])
+
+
+def test_many_widths_and_bases_stay_correct_past_the_cache_budget():
+    # More distinct (D, base) than the frequency cache holds: evicted entries
+    # must be recomputed, not served stale.
+    for D in range(4000, 4100, 3):
+        row = cpe.positional_encoding(7, D, base=9000.0 + D)
+        np.testing.assert_allclose(row, _reference.positional_encoding(7, D, base=9000.0 + D), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("p", [2.0**25, 2.0**33 + 0.5, 1e12, -3e17, 1e300, 1.7e308])
+def test_huge_angles_stay_on_the_unit_circle(p):
+    # Beyond |p * w| ~ 2**32 the low part of the angle is no longer tiny; the
+    # values must still be sines and cosines of (nearly) the same angle.
+    row = cpe.positional_encoding([p], 8, base=10.0)[0]
+    assert np.all(np.abs(row) <= 1.0)
+    np.testing.assert_allclose(row[0::2] ** 2 + row[1::2] ** 2, 1.0, rtol=0, atol=1e-15)
