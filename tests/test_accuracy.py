@@ -8,6 +8,7 @@ float16: <= half an ulp of float16 plus 1e-15.
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -104,3 +105,48 @@ def test_naive_float64_is_measurably_worse():
     naive = _reference.positional_encoding(p, D)
     worst = max(error(naive[k], p, D, k) for k in range(0, D, 7))
     assert worst > 1e-12
+
+
+@pytest.mark.parametrize(("low", "high", "count", "D"), [(-(10**6), 10**6, 6000, 64), (0, 4096, 3000, 512), (999_000, 10**6, 20000, 8)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_many_integer_positions(low, high, count, D, dtype, report_error):
+    """Large arrays of integer ids (the digit-table path of the kernel)."""
+    rng = np.random.default_rng(count + D)
+    ids = rng.integers(low, high + 1, size=count)
+    ids[:2] = [low, high]
+    rows = cpe.positional_encoding(ids.reshape(-1, 2), D, dtype=dtype).reshape(count, D)
+    bound = F64_BOUND if dtype == np.float64 else F32_BOUND
+    for i in sorted({0, 1, *rng.integers(0, count, 40).tolist()}):
+        worst = max(error(rows[i, k], int(ids[i]), D, k) for k in sample_columns(rng, D))
+        report_error(f"{np.dtype(dtype).name}, arrays of integer ids", worst, bound)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"convention": "marian"},
+        {"convention": "fairseq"},
+        {"convention": "adm"},
+        {"layout": "cos_sin", "freq_shift": 0.5, "scale": 1000.0},
+        {"layout": "interleaved", "freq_shift": 1.0, "base": 500000.0},
+    ],
+    ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
+)
+@pytest.mark.parametrize("D", [5, 64, 1023])
+def test_every_convention_is_as_accurate(kwargs, D, report_error):
+    from exact import convention_value
+
+    rng = np.random.default_rng(D)
+    expand = dict(kwargs)
+    preset = {"marian": ("sin_cos", None), "fairseq": ("sin_cos", 1.0), "adm": ("cos_sin", 0.0)}
+    if "convention" in expand:
+        expand["layout"], expand["freq_shift"] = preset[expand.pop("convention")]
+    limit = 1e6 / expand.get("scale", 1.0)
+    positions = [0, 1, int(limit), -int(limit), *rng.integers(-int(limit), int(limit), 20).tolist(), 998.39]
+    rows = cpe.positional_encoding(np.array(positions, dtype=np.float64), D, **kwargs)
+    table = cpe.positional_encoding_table(600, D, start=int(limit) - 600, **kwargs)
+    for p, row in [*zip(positions, rows), (int(limit) - 1, table[-1]), (int(limit) - 301, table[299])]:
+        for k in sample_columns(rng, D):
+            exact = convention_value(p, D, k, **expand)
+            worst = float(abs(mpmath.mpf(float(row[k])) - exact))
+            report_error("float64, every convention", worst, F64_BOUND)

@@ -1,19 +1,24 @@
 """Python-facing functions: validate arguments, allocate, release the GIL, call kernels.
 
-Nothing is written into a caller's ``out=`` until every argument has been checked.
-The definition and conventions are documented in the package docstring and README.
+Nothing is written into a caller's ``out=`` until every argument has been checked
+(the kernels check positions before they write). The definition and the
+conventions are documented in ``cpe._conventions`` and the README.
 """
 import math
 import numbers
 import operator
 import sys
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+
+from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
+    CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
+    CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_OK,
     fill_positions_f32,
@@ -25,7 +30,9 @@ from cpe.kernels cimport (
 
 # Integers up to 2**53 are exact doubles; positions beyond would be rounded silently.
 _EXACT_INTEGER_LIMIT = 2 ** 53
-_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16))
+_FLOAT64 = np.dtype(np.float64)
+_FLOAT32 = np.dtype(np.float32)
+_FLOAT16 = np.dtype(np.float16)
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
 _CACHE_BUDGET = 2 * 1024 * 1024
 
@@ -33,12 +40,15 @@ _CACHE_BUDGET = 2 * 1024 * 1024
 # ---- argument checks: each names the argument and what was expected ----
 
 cdef Py_ssize_t _as_count(value, str name, Py_ssize_t minimum) except -1:
-    if isinstance(value, (bool, np.bool_)):
+    if type(value) is int:  # the common case, without the generic checks
+        count = value
+    elif isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        count = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    else:
+        try:
+            count = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
     if count < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {count}")
     if count > sys.maxsize:
@@ -47,16 +57,20 @@ cdef Py_ssize_t _as_count(value, str name, Py_ssize_t minimum) except -1:
 
 
 cdef double _as_real(value, str name) except? -1.0:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number, got bool")
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
-        value = value[()]
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    try:
-        x = float(value)
-    except OverflowError:
-        raise ValueError(f"{name} must be finite, got {value!r}") from None
+    cdef double x
+    if type(value) is float:  # the common case, without the generic checks
+        x = value
+    else:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a real number, got bool")
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+            value = value[()]
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        try:
+            x = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} must be finite, got {value!r}") from None
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {x!r}")
     return x
@@ -70,18 +84,20 @@ cdef double _as_base(base) except? -1.0:
 
 
 cdef object _as_dtype(dtype):
-    # dtype=None means float64, as in NumPy.
+    if dtype is np.float64 or dtype is float:
+        return _FLOAT64
+    # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or dt not in _DTYPES:
+    if dt is None or not (dt == _FLOAT64 or dt == _FLOAT32 or dt == _FLOAT16):
         raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
     return dt
 
 
 cdef object _as_positions(position):
-    """Positions as a float64 array; integers must be exact, floats finite."""
+    """Positions as a C-contiguous float64 array; integers must be exact."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError("position must be a real number or an array of them, got bool")
     if isinstance(position, int) and abs(position) > _EXACT_INTEGER_LIMIT:
@@ -96,12 +112,10 @@ cdef object _as_positions(position):
     if kind not in "iuf":
         raise TypeError(
             f"position must be a real number or an array of them, got dtype {arr.dtype}")
-    if arr.size:
-        if kind in "iu":
-            if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
-                raise ValueError("position must be integers of magnitude <= 2**53")
-        elif not np.isfinite(arr).all():
-            raise ValueError("position must be finite (no NaN or infinity)")
+    # Floats are checked for NaN/inf by the kernel, before it writes anything.
+    if kind in "iu" and arr.size and arr.dtype.itemsize > 4:
+        if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
+            raise ValueError("position must be integers of magnitude <= 2**53")
     return np.asarray(arr, dtype=np.float64, order="C")
 
 
@@ -127,116 +141,184 @@ cdef object _prepare_out(out, tuple shape, dt):
     return out
 
 
-# ---- frequency vectors, cached: bounded in bytes, safe without the GIL ----
+cdef class _Encoding:
+    """One encoding: its width, layout and double-double frequencies."""
+    cdef readonly object frequencies   # (2, n_freq) read-only float64: hi, lo rows
+    cdef const double* w_hi
+    cdef const double* w_lo
+    cdef Py_ssize_t width
+    cdef Py_ssize_t n_freq
+    cdef int layout
+
+
+cdef char* _address(array) except NULL:
+    """Data pointer of a non-empty C-contiguous array (kept alive by the caller)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(array, &view, PyBUF_SIMPLE)
+    cdef char* data = <char*>view.buf
+    PyBuffer_Release(&view)
+    return data
+
+
+# ---- encodings, cached: bounded in bytes, safe without the GIL ----
 
 _cache_lock = threading.Lock()
-_cache = OrderedDict()
+_cache = {}
 _cache_bytes = 0
 
 
-cdef object _frequencies(Py_ssize_t n_freq, double base, double den, double scale):
-    """``(2, n_freq)`` read-only array: row 0 the high, row 1 the low parts."""
+cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
+                         freq_shift, bint needed):
+    """The checked encoding; when it is not ``needed`` (empty output), ``None``."""
     global _cache_bytes
-    key = (n_freq, base, den, scale)
-    with _cache_lock:
-        w = _cache.get(key)
-        if w is not None:
-            _cache.move_to_end(key)
-            return w
-    w = np.empty((2, n_freq), dtype=np.float64)
-    cdef double[:, ::1] view = w
+    cdef int layout_code = CPE_LAYOUT_INTERLEAVED
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double den = width / 2.0
+    if convention is not None or layout is not None or freq_shift is not None:
+        if freq_shift is not None:
+            freq_shift = _as_real(freq_shift, "freq_shift")
+        layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
+    if not needed:
+        return None
+    key = (width, n_freq, layout_code, base, den, scale)
+    # A dict lookup is atomic, with or without the GIL; eviction is first-in,
+    # first-out, so a hit needs no lock.
+    cdef _Encoding enc = _cache.get(key)
+    if enc is not None:
+        return enc
+    enc = _Encoding.__new__(_Encoding)
+    enc.width, enc.n_freq, enc.layout = width, n_freq, layout_code
+    cdef Py_ssize_t stride = max(n_freq, 1)
+    w = np.zeros((2, stride), dtype=np.float64)
+    cdef double* hi = <double*>_address(w)
     if n_freq:
         with nogil:
-            frequencies(&view[0, 0], &view[1, 0], n_freq, base, den, scale)
+            frequencies(hi, hi + stride, n_freq, base, den, scale)
     w.flags.writeable = False
+    enc.frequencies = w
+    enc.w_hi = hi
+    enc.w_lo = hi + stride
     if w.nbytes <= _CACHE_BUDGET:
         with _cache_lock:
             if key not in _cache:
-                _cache[key] = w
+                _cache[key] = enc
                 _cache_bytes += w.nbytes
                 while _cache_bytes > _CACHE_BUDGET:
-                    _cache_bytes -= _cache.popitem(last=False)[1].nbytes
-    return w
+                    _cache_bytes -= (<_Encoding>_cache.pop(next(iter(_cache)))).frequencies.nbytes
+    return enc
 
 
-cdef int _check_angles(double max_position, w) except -1:
-    # |p| * w_j must be finite; the frequencies are monotone in j.
-    cdef double largest = max(abs(w[0, 0]), abs(w[0, -1])) if w.shape[1] else 0.0
-    if not math.isfinite(max_position * largest):
-        raise ValueError("position * frequency overflows a double")
-    return 0
-
+# ---- running the kernels ----
 
 cdef int _raise_for(int status) except -1:
     if status == CPE_ERR_NOMEM:
         raise MemoryError("cpe: could not allocate scratch memory")
+    if status == CPE_ERR_RANGE:
+        raise ValueError("position * frequency overflows a double")
+    if status == CPE_ERR_ARGUMENT:
+        raise ValueError("position must be finite (no NaN or infinity)")
     if status != CPE_OK:
         raise RuntimeError(f"cpe: kernel rejected checked arguments (status {status})")
     return 0
 
 
-cdef int _fill_positions(target, pos, Py_ssize_t width, w, int layout) except -1:
-    cdef Py_ssize_t n = pos.size
-    cdef Py_ssize_t n_freq = w.shape[1]
-    if n == 0 or width == 0:
-        return 0
-    cdef const double[:, ::1] wv = w
-    cdef const double[::1] pv = pos.reshape(-1)
-    cdef double[::1] t64
-    cdef float[::1] t32
-    cdef int status
-    if target.dtype == np.float64:
-        t64 = target.reshape(-1)
-        with nogil:
-            status = fill_positions_f64(&t64[0], &pv[0], n, width, &wv[0, 0], &wv[1, 0],
-                                        n_freq, layout)
-    else:
-        t32 = target.reshape(-1)
-        with nogil:
-            status = fill_positions_f32(&t32[0], &pv[0], n, width, &wv[0, 0], &wv[1, 0],
-                                        n_freq, layout)
-    return _raise_for(status)
-
-
-cdef int _fill_table(target, double start, Py_ssize_t n, Py_ssize_t width, w,
-                     int layout) except -1:
-    cdef Py_ssize_t n_freq = w.shape[1]
-    if n == 0 or width == 0:
-        return 0
-    cdef const double[:, ::1] wv = w
-    cdef double[::1] t64
-    cdef float[::1] t32
-    cdef int status
-    if target.dtype == np.float64:
-        t64 = target.reshape(-1)
-        with nogil:
-            status = fill_table_f64(&t64[0], start, n, width, &wv[0, 0], &wv[1, 0],
-                                    n_freq, layout)
-    else:
-        t32 = target.reshape(-1)
-        with nogil:
-            status = fill_table_f32(&t32[0], start, n, width, &wv[0, 0], &wv[1, 0],
-                                    n_freq, layout)
-    return _raise_for(status)
-
-
 cdef object _kernel_target(result):
     # float16 has no C type: compute in float64 and round once on the way out.
-    if result.dtype == np.float16:
+    if result.dtype is _FLOAT16 or result.dtype == _FLOAT16:
         return np.empty(result.shape, dtype=np.float64)
     return result
 
 
+cdef int _fill_positions(target, const double* positions, Py_ssize_t n,
+                         _Encoding enc) except -1:
+    if n == 0 or enc.width == 0:
+        return 0
+    cdef char* data = _address(target)
+    cdef bint single = target.dtype is _FLOAT32 or target.dtype == _FLOAT32
+    cdef int status
+    with nogil:
+        if single:
+            status = fill_positions_f32(<float*>data, positions, n, enc.width,
+                                        enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+        else:
+            status = fill_positions_f64(<double*>data, positions, n, enc.width,
+                                        enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+    return _raise_for(status)
+
+
+cdef int _fill_table(target, double start, Py_ssize_t n, _Encoding enc) except -1:
+    if n == 0 or enc.width == 0:
+        return 0
+    cdef char* data = _address(target)
+    cdef bint single = target.dtype is _FLOAT32 or target.dtype == _FLOAT32
+    cdef int status
+    with nogil:
+        if single:
+            status = fill_table_f32(<float*>data, start, n, enc.width,
+                                    enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+        else:
+            status = fill_table_f64(<double*>data, start, n, enc.width,
+                                    enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+    return _raise_for(status)
+
+
 # ---- public API ----
 
-def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None):
-    """positional_encoding(position, D, *, base=10000.0, dtype=numpy.float64, out=None)
+_CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, optional
+        Where the sines and cosines go: alternate columns (the default), all
+        sines then all cosines, or all cosines then all sines.
+    freq_shift : float, optional
+        ``None`` (the default) selects the paper's frequencies
+        ``w_j = base ** (-2j / D)``. A number ``s`` selects half-width
+        frequencies ``w_j = base ** (-j / (D // 2 - s))`` for ``j < D // 2``
+        with a zero last column when ``D`` is odd (``s = 1``: fairseq,
+        tensor2tensor; ``s = 0``: ADM, Stable Diffusion). ``D // 2 - s`` must
+        be positive.
+    scale : float, optional
+        Multiplies every angle: ``sin(scale * p * w_j)`` (diffusers' ``scale``).
+    convention : str, optional
+        A named preset that sets ``layout`` and ``freq_shift`` together:
+        ``"paper"``, ``"marian"``, ``"fairseq"``, ``"tensor2tensor"``,
+        ``"whisper"``, ``"diffusers"`` or ``"adm"`` (see the README's table).
+        It cannot be combined with ``layout`` or ``freq_shift``."""
+
+
+def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
+                        layout=None, freq_shift=None, scale=1.0, convention=None):
+    cdef Py_ssize_t width = _as_count(D, "D", 1)
+    cdef double b = _as_base(base)
+    dt = _as_dtype(dtype)
+    cdef double s = _as_real(scale, "scale")
+    cdef double p
+    cdef _Encoding enc
+    if type(position) is float or (type(position) is int and abs(position) <= _EXACT_INTEGER_LIMIT):
+        # The common scalar case, without a detour through an array.
+        p = position
+        result = _prepare_out(out, (width,), dt)
+        enc = _encoding(width, b, s, convention, layout, freq_shift, True)
+        target = _kernel_target(result)
+        _fill_positions(target, &p, 1, enc)
+    else:
+        pos = _as_positions(position)
+        result = _prepare_out(out, pos.shape + (width,), dt)
+        enc = _encoding(width, b, s, convention, layout, freq_shift, pos.size != 0)
+        if out is not None and np.may_share_memory(pos, out):
+            pos = pos.copy()
+        target = _kernel_target(result)
+        if pos.size:
+            _fill_positions(target, <const double*>_address(pos), pos.size, enc)
+    if target is not result:
+        result[...] = target
+    return result
+
+
+positional_encoding.__doc__ = """positional_encoding(position, D, *, base=10000.0, dtype=numpy.float64, out=None, layout=None, freq_shift=None, scale=1.0, convention=None)
 
     Sinusoidal positional encoding of one position or an array of positions.
 
-    ``out[..., 2j] = sin(p * w_j)`` and ``out[..., 2j + 1] = cos(p * w_j)`` with
-    ``w_j = base ** (-2j / D)``; for odd ``D`` the last column is a sine. Values are
-    computed with a double-double angle and rounded once to ``dtype``.
+    By default ``out[..., 2j] = sin(p * w_j)`` and ``out[..., 2j + 1] = cos(p * w_j)``
+    with ``w_j = base ** (-2j / D)``; for odd ``D`` the last column is a sine.
+    Values are computed with a double-double angle and rounded once to ``dtype``.
 
     Parameters
     ----------
@@ -246,12 +328,14 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     D : int
         Width of the encoding, ``D >= 1``.
     base : float, optional
-        The base of the frequencies (10000 in the paper), finite and ``> 0``.
+        The base of the frequencies (10000 in the paper; ``max_period`` or
+        ``max_timescale`` elsewhere), finite and ``> 0``.
     dtype : {float64, float32, float16}, optional
         Output dtype.
     out : numpy.ndarray, optional
         Writable, C-contiguous array of shape ``position.shape + (D,)`` and dtype
         ``dtype`` to fill. It is left untouched if any argument is rejected.
+    """ + _CONVENTION_PARAMETERS + """
 
     Returns
     -------
@@ -265,7 +349,11 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         unsupported dtype).
     ValueError
         If an argument is out of range (``D < 1``, NaN position, ``base <= 0``,
-        ``out`` of the wrong shape or read-only, ...).
+        ``out`` of the wrong shape or read-only, an unknown layout, ...).
+
+    See Also
+    --------
+    positional_encoding_table : the rows of consecutive positions.
 
     Examples
     --------
@@ -276,32 +364,47 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     (2, 2, 6)
     >>> cpe.positional_encoding(1, 2, dtype="float32")
     array([0.84147096, 0.5403023 ], dtype=float32)
+    >>> row = cpe.positional_encoding(2, 5, convention="fairseq")   # [sin | cos | 0]
+    >>> [round(float(v), 4) for v in row]
+    [0.9093, 0.0002, -0.4161, 1.0, 0.0]
     """
+
+
+def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, out=None,
+                              layout=None, freq_shift=None, scale=1.0, convention=None):
+    cdef Py_ssize_t rows = _as_count(n, "n", 0)
     cdef Py_ssize_t width = _as_count(D, "D", 1)
+    if type(start) is int:
+        first = start
+    elif isinstance(start, (bool, np.bool_)):
+        raise TypeError("start must be an integer, got bool")
+    else:
+        try:
+            first = operator.index(start)
+        except TypeError:
+            raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
+    if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
+        raise ValueError("start and start + n must be integers of magnitude <= 2**53")
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)
-    pos = _as_positions(position)
-    result = _prepare_out(out, pos.shape + (width,), dt)
-    if out is not None and np.may_share_memory(pos, out):
-        pos = pos.copy()
-    w = _frequencies((width + 1) // 2, b, width / 2.0, 1.0)
-    if pos.size:
-        _check_angles(float(np.abs(pos).max()), w)
+    cdef double s = _as_real(scale, "scale")
+    result = _prepare_out(out, (rows, width), dt)
+    cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
     target = _kernel_target(result)
-    _fill_positions(target, pos, width, w, CPE_LAYOUT_INTERLEAVED)
+    _fill_table(target, float(first), rows, enc)
     if target is not result:
         result[...] = target
     return result
 
 
-def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, out=None):
-    """positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=numpy.float64, out=None)
+positional_encoding_table.__doc__ = """positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=numpy.float64, out=None, layout=None, freq_shift=None, scale=1.0, convention=None)
 
     Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
-    Row ``i`` equals ``positional_encoding(start + i, D, base=base)``. The table is
-    built from ``O(sqrt(n))`` rows of sines and cosines by the angle-addition
-    identity, which keeps every value within a few units in the last place.
+    Row ``i`` equals ``positional_encoding(start + i, D, ...)`` with the same
+    keywords, to within 1e-15. The table is built from ``O(n ** (1/3))`` rows of
+    sines and cosines by the angle-addition identity, which keeps every value
+    within a few units in the last place.
 
     Parameters
     ----------
@@ -318,6 +421,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     out : numpy.ndarray, optional
         Writable, C-contiguous array of shape ``(n, D)`` and dtype ``dtype`` to
         fill. It is left untouched if any argument is rejected.
+    """ + _CONVENTION_PARAMETERS + """
 
     Returns
     -------
@@ -331,6 +435,10 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     ValueError
         If an argument is out of range.
 
+    See Also
+    --------
+    positional_encoding : any positions, including real-valued ones.
+
     Examples
     --------
     >>> import cpe
@@ -343,24 +451,3 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     array([[-0.958924,  0.283662],
            [-0.279415,  0.96017 ]])
     """
-    cdef Py_ssize_t rows = _as_count(n, "n", 0)
-    cdef Py_ssize_t width = _as_count(D, "D", 1)
-    if isinstance(start, (bool, np.bool_)):
-        raise TypeError("start must be an integer, got bool")
-    try:
-        first = operator.index(start)
-    except TypeError:
-        raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
-    if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
-        raise ValueError("start and start + n must be integers of magnitude <= 2**53")
-    cdef double b = _as_base(base)
-    dt = _as_dtype(dtype)
-    result = _prepare_out(out, (rows, width), dt)
-    w = _frequencies((width + 1) // 2, b, width / 2.0, 1.0)
-    if rows:
-        _check_angles(float(max(abs(first), abs(first + rows - 1))), w)
-    target = _kernel_target(result)
-    _fill_table(target, float(first), rows, width, w, CPE_LAYOUT_INTERLEAVED)
-    if target is not result:
-        result[...] = target
-    return result

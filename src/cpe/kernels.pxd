@@ -3,9 +3,10 @@
 
 Every function here is ``noexcept nogil``, takes raw pointers into buffers the
 caller owns, never allocates per element and never raises. They return a status
-code: ``CPE_OK`` (0), ``CPE_ERR_ARGUMENT`` (an argument is out of range; nothing
-was written) or ``CPE_ERR_NOMEM`` (scratch memory could not be allocated;
-nothing was written).
+code: ``CPE_OK`` (0), ``CPE_ERR_ARGUMENT`` (an argument is invalid, such as a
+non-finite position; nothing was written), ``CPE_ERR_NOMEM`` (scratch memory
+could not be allocated; nothing was written) or ``CPE_ERR_RANGE`` (some
+``|position * w_j|`` overflows a double; nothing was written).
 
 The encoding (see the README for the conventions) is described by
 
@@ -40,6 +41,7 @@ cdef enum:
     CPE_OK = 0
     CPE_ERR_ARGUMENT = -1
     CPE_ERR_NOMEM = -2
+    CPE_ERR_RANGE = -3
 
 cdef enum:
     CPE_LAYOUT_INTERLEAVED = 0

@@ -11,16 +11,13 @@ the accuracy:
   ``(sin, cos)((start + q R) w)``, both computed as above, so only
   ``R + n / R`` rows call libm and every value stays within a few ulp.
 """
-from libc.math cimport sin, cos, log, fma, fabs, ldexp, floor, ceil, sqrt, isfinite
+from libc.math cimport sin, cos, log, fma, fabs, ldexp, floor, ceil, cbrt, isfinite
 from libc.stdlib cimport malloc, free
 from cython cimport floating
 
 # ln 2 as a double-double.
 cdef double LN2_HI = 6.931471805599452862e-01
 cdef double LN2_LO = 2.319046813846299558e-17
-
-# A table with at most this many rows is filled directly (one libm call per pair).
-cdef Py_ssize_t DIRECT_ROWS = 16
 
 
 # ---- double-double arithmetic (Dekker / Knuth error-free transformations) ----
@@ -148,6 +145,8 @@ cdef inline int _columns(Py_ssize_t width, Py_ssize_t n_freq, int layout,
 
 
 # ---- rows ----
+# Pair tables are stored a row at a time as two runs: n_freq sines, then n_freq
+# cosines, so that the product loops read contiguous memory and vectorize.
 
 cdef inline void _sincos(double p, double w_hi, double w_lo,
                          double* s, double* c) noexcept nogil:
@@ -169,41 +168,111 @@ cdef inline void _sincos(double p, double w_hi, double w_lo,
         c[0] = cs * cl - sn * sl
 
 
-cdef inline void _direct_row(floating* row, double p, const double* w_hi,
-                             const double* w_lo, const columns* c,
-                             Py_ssize_t width) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double s, k
-    for j in range(c.n_cos):
-        _sincos(p, w_hi[j], w_lo[j], &s, &k)
-        row[c.sin_at + j * c.sin_step] = <floating>s
-        row[c.cos_at + j * c.cos_step] = <floating>k
-    for j in range(c.n_cos, c.n_sin):
-        _sincos(p, w_hi[j], w_lo[j], &s, &k)
-        row[c.sin_at + j * c.sin_step] = <floating>s
-    for j in range(c.zero_from, width):
-        row[j] = 0
-
-
-cdef inline void _pairs(double* pairs, double p, const double* w_hi,
-                        const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
+                             const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
     cdef Py_ssize_t j
     for j in range(n_freq):
-        _sincos(p, w_hi[j], w_lo[j], &pairs[2 * j], &pairs[2 * j + 1])
+        _sincos(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
 
 
-cdef inline void _product_row(floating* row, const double* a, const double* b,
-                              const columns* c, Py_ssize_t width) noexcept nogil:
-    # (sin, cos)(x + y) from (sin, cos)(x) in a and (sin, cos)(y) in b.
+cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,
+                                Py_ssize_t n_freq) noexcept nogil:
+    # (sin, cos)(x + y) from the pair rows of x (a) and y (b).
     cdef Py_ssize_t j
-    for j in range(c.n_cos):
-        row[c.sin_at + j * c.sin_step] = <floating>(b[2 * j] * a[2 * j + 1] + b[2 * j + 1] * a[2 * j])
-        row[c.cos_at + j * c.cos_step] = <floating>(b[2 * j + 1] * a[2 * j + 1] - b[2 * j] * a[2 * j])
+    cdef const double* a_c = a + n_freq
+    cdef const double* b_c = b + n_freq
+    cdef double* c = pair_row + n_freq
+    for j in range(n_freq):
+        pair_row[j] = b[j] * a_c[j] + b_c[j] * a[j]
+        c[j] = b_c[j] * a_c[j] - b[j] * a[j]
+
+
+cdef inline void _store_product(floating* row, const double* a, const double* b,
+                                const columns* c, Py_ssize_t width) noexcept nogil:
+    # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
+    # loops are specialized by layout so that their strides are constants.
+    cdef Py_ssize_t j, n_freq = c.n_sin
+    cdef const double* a_c = a + n_freq
+    cdef const double* b_c = b + n_freq
+    cdef floating* sines = row + c.sin_at
+    cdef floating* cosines = row + c.cos_at
+    if c.sin_step == 2:
+        for j in range(c.n_cos):
+            row[2 * j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
+            row[2 * j + 1] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
+    else:
+        for j in range(c.n_cos):
+            sines[j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
+            cosines[j] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
     for j in range(c.n_cos, c.n_sin):
-        row[c.sin_at + j * c.sin_step] = <floating>(b[2 * j] * a[2 * j + 1] + b[2 * j + 1] * a[2 * j])
+        sines[j * c.sin_step] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
     for j in range(c.zero_from, width):
         row[j] = 0
 
+
+cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
+                              Py_ssize_t width) noexcept nogil:
+    cdef Py_ssize_t j, n_freq = c.n_sin
+    for j in range(c.n_cos):
+        row[c.sin_at + j * c.sin_step] = <floating>a[j]
+        row[c.cos_at + j * c.cos_step] = <floating>a[n_freq + j]
+    for j in range(c.n_cos, c.n_sin):
+        row[c.sin_at + j * c.sin_step] = <floating>a[j]
+    for j in range(c.zero_from, width):
+        row[j] = 0
+
+
+# ---- digit tables ----
+# A position start + d with 0 <= d < span is written in base R as
+# d = d2 * R**2 + d1 * R + d0, and its pair row is the product of three rows:
+#     (sin, cos)((start + d2 R**2) w)  (sin, cos)(d1 R w)  (sin, cos)(d0 w),
+# each computed by _sincos. Only 2 R + ceil(span / R**2) rows call libm.
+
+cdef struct digits:
+    Py_ssize_t radix
+    Py_ssize_t n_high
+    double* low       # R pair rows: d0 w
+    double* middle    # R pair rows: d1 R w
+    double* high      # n_high pair rows: (start + d2 R**2) w
+    double* scratch   # 1 pair row
+
+
+cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
+    cdef Py_ssize_t radix = <Py_ssize_t>ceil(cbrt(<double>span))
+    return radix if radix >= 2 else 2
+
+
+cdef int _digits_alloc(digits* t, double start, Py_ssize_t span, const double* w_hi,
+                       const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    cdef Py_ssize_t radix = _radix_for(span)
+    cdef Py_ssize_t n_high = (span + radix * radix - 1) // (radix * radix)
+    cdef Py_ssize_t rows = 2 * radix + n_high + 1
+    if n_freq > (<Py_ssize_t>1 << 40) // rows:
+        return CPE_ERR_NOMEM
+    cdef double* memory = <double*>malloc(sizeof(double) * 2 * n_freq * rows)
+    if memory == NULL:
+        return CPE_ERR_NOMEM
+    t.radix = radix
+    t.n_high = n_high
+    t.low = memory
+    t.middle = memory + 2 * n_freq * radix
+    t.high = memory + 4 * n_freq * radix
+    t.scratch = t.high + 2 * n_freq * n_high
+    cdef Py_ssize_t d
+    for d in range(radix):
+        _sincos_row(t.low + 2 * n_freq * d, <double>d, w_hi, w_lo, n_freq)
+        _sincos_row(t.middle + 2 * n_freq * d, <double>(d * radix), w_hi, w_lo, n_freq)
+    for d in range(n_high):
+        _sincos_row(t.high + 2 * n_freq * d, start + <double>(d * radix * radix),
+                    w_hi, w_lo, n_freq)
+    return CPE_OK
+
+
+cdef inline void _digits_free(digits* t) noexcept nogil:
+    free(t.low)
+
+
+# ---- kernels ----
 
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
                          Py_ssize_t width, const double* w_hi, const double* w_lo,
@@ -211,12 +280,52 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     cdef columns c
     if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, d, d0, d1, d2
+    cdef double p, lowest = 0.0, highest = 0.0, largest_w = 0.0
+    cdef bint integral = True
     for i in range(n_positions):
-        if not isfinite(positions[i]):
+        p = positions[i]
+        if not isfinite(p):
             return CPE_ERR_ARGUMENT
+        integral = integral and floor(p) == p
+        if i == 0 or p < lowest:
+            lowest = p
+        if i == 0 or p > highest:
+            highest = p
+    if n_freq:
+        largest_w = max(fabs(w_hi[0]), fabs(w_hi[n_freq - 1]))
+    if not isfinite(max(fabs(lowest), fabs(highest)) * largest_w):
+        return CPE_ERR_RANGE
+
+    cdef digits t
+    cdef double* pairs
+    cdef Py_ssize_t span = 0, radix
+    if integral and highest - lowest < 1099511627776.0:
+        span = <Py_ssize_t>(highest - lowest) + 1
+    # Digit tables pay off when their libm rows are few against the positions.
+    if span and n_freq:
+        radix = _radix_for(span)
+        if 4 * (2 * radix + span // (radix * radix) + 1) <= n_positions:
+            if _digits_alloc(&t, lowest, span, w_hi, w_lo, n_freq) != CPE_OK:
+                return CPE_ERR_NOMEM
+            for i in range(n_positions):
+                d = <Py_ssize_t>(positions[i] - lowest)
+                d2 = d // (t.radix * t.radix)
+                d1 = (d // t.radix) % t.radix
+                d0 = d % t.radix
+                _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
+                               t.high + 2 * n_freq * d2, n_freq)
+                _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width)
+            _digits_free(&t)
+            return CPE_OK
+
+    pairs = <double*>malloc(sizeof(double) * 2 * (n_freq + 1))
+    if pairs == NULL:
+        return CPE_ERR_NOMEM
     for i in range(n_positions):
-        _direct_row(out + i * width, positions[i], w_hi, w_lo, &c, width)
+        _sincos_row(pairs, positions[i], w_hi, w_lo, n_freq)
+        _store_pairs(out + i * width, pairs, &c, width)
+    free(pairs)
     return CPE_OK
 
 
@@ -229,32 +338,30 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     if not (floor(start) == start and -9007199254740992.0 <= start
             and start + <double>n_rows <= 9007199254740992.0):
         return CPE_ERR_ARGUMENT
-    cdef Py_ssize_t i, q, r
-    if n_rows <= DIRECT_ROWS or n_freq == 0:
+    cdef double largest_w = max(fabs(w_hi[0]), fabs(w_hi[n_freq - 1])) if n_freq else 0.0
+    if not isfinite(max(fabs(start), fabs(start + <double>n_rows)) * largest_w):
+        return CPE_ERR_RANGE
+    cdef Py_ssize_t i, d0, d1, d2, row0
+    if n_rows == 0 or n_freq == 0:
         for i in range(n_rows):
-            _direct_row(out + i * width, start + <double>i, w_hi, w_lo, &c, width)
+            _store_pairs(out + i * width, NULL, &c, width)
         return CPE_OK
 
-    # Rows q * R + r: R + ceil(n_rows / R) rows of libm calls, minimal near sqrt.
-    cdef Py_ssize_t n_r = <Py_ssize_t>ceil(sqrt(<double>n_rows))
-    cdef Py_ssize_t n_q = (n_rows + n_r - 1) // n_r
-    if n_freq > (<Py_ssize_t>1 << 40) // (n_r + n_q):
+    cdef digits t
+    if _digits_alloc(&t, start, n_rows, w_hi, w_lo, n_freq) != CPE_OK:
         return CPE_ERR_NOMEM
-    cdef double* pairs = <double*>malloc(sizeof(double) * 2 * n_freq * (n_r + n_q))
-    if pairs == NULL:
-        return CPE_ERR_NOMEM
-    cdef double* offsets = pairs                      # (sin, cos)(r w), r < n_r
-    cdef double* bases = pairs + 2 * n_freq * n_r     # (sin, cos)((start + q R) w)
-    for r in range(n_r):
-        _pairs(offsets + 2 * n_freq * r, <double>r, w_hi, w_lo, n_freq)
-    for q in range(n_q):
-        _pairs(bases + 2 * n_freq * q, start + <double>(q * n_r), w_hi, w_lo, n_freq)
-    for i in range(n_rows):
-        q = i // n_r
-        r = i - q * n_r
-        _product_row(out + i * width, offsets + 2 * n_freq * r,
-                     bases + 2 * n_freq * q, &c, width)
-    free(pairs)
+    cdef Py_ssize_t radix = t.radix
+    for d2 in range(t.n_high):
+        for d1 in range(radix):
+            row0 = (d2 * radix + d1) * radix
+            if row0 >= n_rows:
+                break
+            _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
+                           t.high + 2 * n_freq * d2, n_freq)
+            for d0 in range(min(radix, n_rows - row0)):
+                _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
+                               t.scratch, &c, width)
+    _digits_free(&t)
     return CPE_OK
 
 
