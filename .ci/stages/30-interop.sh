@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# cpe against the real packages whose conventions it reproduces (torch,
+# transformers, diffusers), in a venv of their own. CPE_REQUIRE_INTEROP=1 turns
+# a missing package into a failure instead of a skip.
+set -euo pipefail
+venv="$CPE_CI_WORK/interop-venv"
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+# torch 2.13.0 (CPU) lies on this machine's disk; the others come from PyPI.
+"$venv/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.24.0" "diffusers==0.42.1"
+"$venv/bin/python" -m pip install -q ".[test]"
+CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py
