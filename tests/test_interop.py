@@ -63,3 +63,102 @@ def test_transformers_distilbert(torch, D):
     out = torch.empty(150, D)
     distilbert._create_sinusoidal_embeddings(n_pos=150, dim=D, out=out)
     close_to_float32_code(cpe.positional_encoding_table(150, D), out.numpy(), 150)
+
+
+# ---- grids ----
+
+
+@pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5), (16, 24)])
+@pytest.mark.parametrize(("extra", "interp", "base_size"), [(0, 1.0, 16), (1, 2.0, 16), (4, 1.0, 8)])
+def test_diffusers_get_2d_sincos_pos_embed(torch, h, w, extra, interp, base_size):
+    embeddings = require("diffusers.models.embeddings")
+    theirs = embeddings.get_2d_sincos_pos_embed(
+        64, (h, w), cls_token=extra > 0, extra_tokens=extra, interpolation_scale=interp, base_size=base_size
+    ).numpy()
+    got = cpe.sincos_2d(h, w, 64, extra_tokens=extra, base_size=base_size, interpolation_scale=interp)
+    close_to_float32_code(got, theirs, 2 * base_size / interp)
+
+
+@pytest.mark.parametrize(("t", "h", "w"), [(3, 4, 5), (8, 6, 6)])
+def test_diffusers_get_3d_sincos_pos_embed(torch, t, h, w):
+    embeddings = require("diffusers.models.embeddings")
+    theirs = embeddings.get_3d_sincos_pos_embed(64, (w, h), t, 1.5, 2.0).numpy()
+    got = cpe.sincos_3d(t, h, w, 64, spatial_interpolation_scale=1.5, temporal_interpolation_scale=2.0)
+    close_to_float32_code(got, theirs, max(t, h, w))
+
+
+def timm_sincos_module(torch):
+    """timm's pos_embed_sincos.py, loaded without importing timm (which needs torchvision)."""
+    import importlib
+    import importlib.util
+    import pathlib
+    import sys
+    import types
+
+    spec = importlib.util.find_spec("timm")
+    if spec is None or spec.origin is None:
+        require("timm")  # skips, or fails when interop is required
+    layers = pathlib.Path(spec.origin).parent / "layers"
+    package = types.ModuleType("_timm_layers")
+    package.__path__ = [str(layers)]
+    fx = types.ModuleType("_timm_layers._fx")
+    fx.register_notrace_function = lambda function: function
+    sys.modules.setdefault("_timm_layers", package)
+    sys.modules.setdefault("_timm_layers._fx", fx)
+    return importlib.import_module("_timm_layers.pos_embed_sincos")
+
+
+@pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 7)])
+@pytest.mark.parametrize("interleave", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_timm_build_sincos2d_pos_embed(torch, h, w, interleave, reverse):
+    timm = timm_sincos_module(torch)
+    theirs = timm.build_sincos2d_pos_embed(
+        [h, w], dim=32, temperature=1000.0, reverse_coord=reverse, interleave_sin_cos=interleave, dtype=torch.float64
+    ).numpy()
+    # reverse_coord swaps the roles of the two axes, token order included.
+    rows, columns = (w, h) if reverse else (h, w)
+    got = cpe.sincos_2d(rows, columns, 32, base=1000.0, layout="timm_interleaved" if interleave else "timm")
+    close_to_float32_code(got, theirs, max(h, w))
+
+
+# ---- rotary tables ----
+
+
+@pytest.mark.parametrize(("head_dim", "theta"), [(64, 10000.0), (128, 500000.0)])
+def test_transformers_llama_rotary_embedding(torch, head_dim, theta):
+    llama = require("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, rope_theta=theta, max_position_embeddings=8192)
+    rotary = llama.LlamaRotaryEmbedding(config)
+    position_ids = torch.tensor([[0, 1, 2, 100, 4095, 8191]])
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 6, head_dim), position_ids)
+    cos, sin = cpe.rope_cos_sin(position_ids.numpy(), head_dim, base=theta)
+    close_to_float32_code(cos, theirs_cos.numpy(), 8191)
+    close_to_float32_code(sin, theirs_sin.numpy(), 8191)
+
+
+def test_transformers_gptj_interleaved(torch):
+    gptj = require("transformers.models.gptj.modeling_gptj")
+    theirs = gptj.create_sinusoidal_positions(512, 64)
+    sin_half, cos_half = torch.chunk(theirs, 2, dim=-1)
+    cos, sin = cpe.rope_cos_sin(512, 64, layout="interleaved")
+    close_to_float32_code(cos, torch.repeat_interleave(cos_half, 2, dim=-1).numpy(), 512)
+    close_to_float32_code(sin, torch.repeat_interleave(sin_half, 2, dim=-1).numpy(), 512)
+
+
+def test_readme_torch_examples(torch):
+    import doctest
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md is not beside the tests (installed elsewhere)")
+    blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.S)
+    assert blocks
+    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {"cpe": cpe, "np": np}, "README", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0

@@ -8,5 +8,8 @@ python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 # torch 2.13.0 (CPU) lies on this machine's disk; the others come from PyPI.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.24.0" "diffusers==0.42.1"
+# timm needs torchvision, which cannot sit beside this torch; the test loads
+# only timm's sincos module, which needs torch alone.
+"$venv/bin/python" -m pip install -q --no-deps "timm==1.0.31"
 "$venv/bin/python" -m pip install -q ".[test]"
 CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py

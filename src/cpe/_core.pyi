@@ -10,6 +10,10 @@ def positional_encoding(
     base: float = 10000.0,
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
+    layout: str | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: str | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def positional_encoding_table(
     n: int,
@@ -19,4 +23,15 @@ def positional_encoding_table(
     base: float = 10000.0,
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
+    layout: str | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: str | None = None,
+) -> npt.NDArray[np.floating[Any]]: ...
+def _check_count(value: object, name: str, minimum: int) -> int: ...
+def _check_real(value: object, name: str) -> float: ...
+def _check_base(base: object) -> float: ...
+def _check_dtype(dtype: object) -> np.dtype[Any]: ...
+def _check_out(
+    out: object, shape: tuple[int, ...], dtype: np.dtype[Any]
 ) -> npt.NDArray[np.floating[Any]]: ...

@@ -451,3 +451,30 @@ positional_encoding_table.__doc__ = """positional_encoding_table(n, D, *, start=
     array([[-0.958924,  0.283662],
            [-0.279415,  0.96017 ]])
     """
+
+
+# ---- the checks, for the pure-Python modules built on these functions ----
+
+def _check_count(value, name, minimum):
+    """``value`` as an int ``>= minimum``, or a TypeError/ValueError naming it."""
+    return _as_count(value, name, minimum)
+
+
+def _check_real(value, name):
+    """``value`` as a finite float, or a TypeError/ValueError naming it."""
+    return _as_real(value, name)
+
+
+def _check_base(base):
+    """``base`` as a finite float ``> 0``."""
+    return _as_base(base)
+
+
+def _check_dtype(dtype):
+    """The output dtype: float64, float32 or float16."""
+    return _as_dtype(dtype)
+
+
+def _check_out(out, shape, dtype):
+    """``out`` checked against ``shape`` and ``dtype``, or a new array."""
+    return _prepare_out(out, tuple(shape), dtype)

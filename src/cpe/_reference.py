@@ -168,3 +168,110 @@ def encoding(
         out[..., : cosines.shape[-1]] = cosines
         out[..., cosines.shape[-1] : cosines.shape[-1] + n_freq] = sines
     return out
+
+
+# ---- grids and rotary tables, transcribed from their originals ----
+
+
+def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArray[np.float64]:
+    """MAE ``get_2d_sincos_pos_embed`` (square grids only, as in MAE)."""
+
+    def embed_1d(dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        omega = np.arange(dim // 2, dtype=np.float64)
+        omega /= dim / 2.0
+        omega = 1.0 / 10000**omega
+        out = np.einsum("m,d->md", pos.reshape(-1), omega)
+        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+    grid_h = np.arange(grid_size, dtype=np.float64)
+    grid_w = np.arange(grid_size, dtype=np.float64)
+    grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
+    emb = np.concatenate([embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1)
+    if cls_token:
+        emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
+    return emb
+
+
+def _diffusers_1d(embed_dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    omega = np.arange(embed_dim // 2, dtype=np.float64)
+    omega /= embed_dim / 2.0
+    omega = 1.0 / 10000**omega
+    out = np.outer(pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+def _diffusers_2d_from_grid(embed_dim: int, grid: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return np.concatenate(
+        [_diffusers_1d(embed_dim // 2, grid[0]), _diffusers_1d(embed_dim // 2, grid[1])], axis=1
+    )
+
+
+def diffusers_2d(
+    embed_dim: int,
+    grid_size: tuple[int, int],
+    cls_token: bool = False,
+    extra_tokens: int = 0,
+    interpolation_scale: float = 1.0,
+    base_size: float = 16,
+) -> npt.NDArray[np.float64]:
+    """diffusers ``get_2d_sincos_pos_embed`` with ``grid_size = (h, w)``."""
+    grid_h = np.arange(grid_size[0], dtype=np.float64) / (grid_size[0] / base_size) / interpolation_scale
+    grid_w = np.arange(grid_size[1], dtype=np.float64) / (grid_size[1] / base_size) / interpolation_scale
+    grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
+    emb = _diffusers_2d_from_grid(embed_dim, grid.reshape([2, 1, grid_size[1], grid_size[0]]))
+    if cls_token and extra_tokens > 0:
+        emb = np.concatenate([np.zeros([extra_tokens, embed_dim]), emb], axis=0)
+    return emb
+
+
+def diffusers_3d(
+    embed_dim: int,
+    spatial_size: tuple[int, int],
+    temporal_size: int,
+    spatial_interpolation_scale: float = 1.0,
+    temporal_interpolation_scale: float = 1.0,
+) -> npt.NDArray[np.float64]:
+    """diffusers ``get_3d_sincos_pos_embed`` with ``spatial_size = (w, h)``."""
+    spatial_dim, temporal_dim = 3 * embed_dim // 4, embed_dim // 4
+    grid_h = np.arange(spatial_size[1], dtype=np.float64) / spatial_interpolation_scale
+    grid_w = np.arange(spatial_size[0], dtype=np.float64) / spatial_interpolation_scale
+    grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
+    spatial = _diffusers_2d_from_grid(spatial_dim, grid.reshape([2, 1, spatial_size[1], spatial_size[0]]))
+    grid_t = np.arange(temporal_size, dtype=np.float64) / temporal_interpolation_scale
+    temporal = _diffusers_1d(temporal_dim, grid_t)
+    spatial = np.repeat(spatial[None, :, :], temporal_size, axis=0)
+    temporal = np.repeat(temporal[:, None, :], spatial_size[0] * spatial_size[1], axis=1)
+    return np.concatenate([temporal, spatial], axis=-1)
+
+
+def timm_2d(
+    feat_shape: tuple[int, int],
+    dim: int = 64,
+    temperature: float = 10000.0,
+    interleave_sin_cos: bool = False,
+) -> npt.NDArray[np.float64]:
+    """timm ``build_sincos2d_pos_embed`` with ``reverse_coord=False``."""
+    pos_dim = dim // 4
+    bands = 1.0 / (temperature ** (np.arange(0, pos_dim, 1, dtype=np.float64) / pos_dim))
+    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float64) for s in feat_shape], indexing="ij"))
+    grid = grid.reshape(2, -1).T
+    pos2 = grid[:, :, None] * bands[None, None, :]
+    stack_axis = 2 if interleave_sin_cos else 1
+    return np.stack([np.sin(pos2), np.cos(pos2)], axis=stack_axis).reshape(grid.shape[0], -1)
+
+
+def llama_rope(
+    positions: npt.ArrayLike, head_dim: int, base: float = 10000.0
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """HF ``LlamaRotaryEmbedding`` (default rope type): ``emb = cat(freqs, freqs)``."""
+    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    freqs = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+def gptj_rope(num_pos: int, dim: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """HF GPT-J ``create_sinusoidal_positions`` expanded by ``duplicate_interleave``."""
+    inv_freq = 1.0 / (10000 ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    sinusoid_inp = np.arange(num_pos, dtype=np.float64)[:, None] * inv_freq
+    return np.repeat(np.cos(sinusoid_inp), 2, axis=1), np.repeat(np.sin(sinusoid_inp), 2, axis=1)

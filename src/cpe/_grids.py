@@ -1,0 +1,214 @@
+"""Sinusoidal encodings of 2-D and 3-D grids (images, video), from the 1-D kernels.
+
+Each axis is encoded once with the 1-D functions (a few rows), and the output is
+assembled by one broadcast write of every block, so the cost is that of writing
+the output. All checks happen before anything is written into ``out``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cpe._core import (
+    _check_base,
+    _check_count,
+    _check_dtype,
+    _check_out,
+    _check_real,
+    positional_encoding,
+)
+
+GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
+
+
+def _positive_real(value: Any, name: str) -> float:
+    x = float(_check_real(value, name))
+    if x <= 0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+def _axis(
+    size: int, step: float, width: int, base: float, dtype: np.dtype[Any]
+) -> npt.NDArray[np.floating[Any]]:
+    """``[sin | cos]`` encodings (width ``width``) of the coordinates ``i * step``."""
+    coordinates = np.arange(size, dtype=np.float64)
+    if step != 1.0:
+        coordinates = coordinates * step
+    return positional_encoding(coordinates, width, base=base, dtype=dtype, layout="sin_cos")
+
+
+def sincos_2d(
+    grid_h: int,
+    grid_w: int,
+    D: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "mae",
+    extra_tokens: int = 0,
+    base_size: float | None = None,
+    interpolation_scale: float = 1.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: npt.NDArray[np.floating[Any]] | None = None,
+) -> npt.NDArray[np.floating[Any]]:
+    """sincos_2d(grid_h, grid_w, D, *, base=10000.0, layout="mae", extra_tokens=0, base_size=None, interpolation_scale=1.0, dtype=numpy.float64, out=None)
+
+    Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
+
+    Tokens are in row-major order (row ``h`` outer, column ``w`` inner). With
+    ``q = D // 4`` and ``w_j = base ** (-j / q)`` for ``j < q``, each coordinate
+    ``c`` contributes ``sin(c w_j)`` and ``cos(c w_j)``, arranged by ``layout``:
+
+    * ``"mae"`` (MAE ``get_2d_sincos_pos_embed``, diffusers):
+      ``[sin(w) | cos(w) | sin(h) | cos(h)]``;
+    * ``"timm"`` (timm ``build_sincos2d_pos_embed``):
+      ``[sin(h) | sin(w) | cos(h) | cos(w)]``;
+    * ``"timm_interleaved"`` (its ``interleave_sin_cos=True``):
+      ``[sin(h) | cos(h) | sin(w) | cos(w)]``.
+
+    Parameters
+    ----------
+    grid_h, grid_w : int
+        Number of rows and columns, ``>= 0``; the grid need not be square.
+    D : int
+        Width of the encoding, a positive multiple of 4.
+    base : float, optional
+        Base of the frequencies (timm's ``temperature``), finite and ``> 0``.
+    layout : {"mae", "timm", "timm_interleaved"}, optional
+        Channel layout, as above.
+    extra_tokens : int, optional
+        Number of leading rows of zeros (class or register tokens).
+    base_size : float, optional
+        diffusers' ``base_size``: the coordinates of an axis of ``n`` tokens
+        become ``i * base_size / n``. ``None`` keeps ``i``.
+    interpolation_scale : float, optional
+        diffusers' ``interpolation_scale``: coordinates are divided by it.
+    dtype : {float64, float32, float16}, optional
+        Output dtype; values are rounded once from float64.
+    out : numpy.ndarray, optional
+        C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Array of shape ``(extra_tokens + grid_h * grid_w, D)``.
+
+    Examples
+    --------
+    >>> import cpe
+    >>> pe = cpe.sincos_2d(2, 3, 8)
+    >>> pe.shape
+    (6, 8)
+    >>> pe[0].tolist()      # token (h=0, w=0)
+    [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    >>> bool((pe[4, 4:] == cpe.positional_encoding(1, 4, layout="sin_cos")).all())  # h=1
+    True
+    """
+    rows = _check_count(grid_h, "grid_h", 0)
+    columns = _check_count(grid_w, "grid_w", 0)
+    width = _check_count(D, "D", 1)
+    if width % 4:
+        raise ValueError(f"D must be a multiple of 4 for a 2-D encoding, got {width}")
+    extra = _check_count(extra_tokens, "extra_tokens", 0)
+    if layout not in GRID_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}")
+    b = _check_base(base)
+    scale = _positive_real(interpolation_scale, "interpolation_scale")
+    size = None if base_size is None else _positive_real(base_size, "base_size")
+    dt = _check_dtype(dtype)
+    result = _check_out(out, (extra + rows * columns, width), dt)
+
+    step_h = (1.0 if size is None or not rows else size / rows) / scale
+    step_w = (1.0 if size is None or not columns else size / columns) / scale
+    half, quarter = width // 2, width // 4
+    enc_h = _axis(rows, step_h, half, b, dt)[:, None, :]
+    enc_w = _axis(columns, step_w, half, b, dt)[None, :, :]
+    result[:extra] = 0
+    grid = result[extra:].reshape(rows, columns, width)
+    if layout == "mae":
+        grid[..., :half] = enc_w
+        grid[..., half:] = enc_h
+    elif layout == "timm":
+        grid[..., :quarter] = enc_h[..., :quarter]
+        grid[..., quarter:half] = enc_w[..., :quarter]
+        grid[..., half : half + quarter] = enc_h[..., quarter:]
+        grid[..., half + quarter :] = enc_w[..., quarter:]
+    else:
+        grid[..., :half] = enc_h
+        grid[..., half:] = enc_w
+    return result
+
+
+def sincos_3d(
+    t: int,
+    h: int,
+    w: int,
+    D: int,
+    *,
+    base: float = 10000.0,
+    temporal_interpolation_scale: float = 1.0,
+    spatial_interpolation_scale: float = 1.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: npt.NDArray[np.floating[Any]] | None = None,
+) -> npt.NDArray[np.floating[Any]]:
+    """sincos_3d(t, h, w, D, *, base=10000.0, temporal_interpolation_scale=1.0, spatial_interpolation_scale=1.0, dtype=numpy.float64, out=None)
+
+    Sinusoidal encoding of a ``t x h x w`` video grid, as diffusers'
+    ``get_3d_sincos_pos_embed``.
+
+    The channels are split as ``[time (D/4) | space (3D/4)]``: the time block is
+    ``[sin | cos]`` of the frame index with ``w_j = base ** (-j / (D/8))``, and the
+    space block is ``sincos_2d(h, w, 3 * D // 4)`` (layout ``"mae"``). Frame
+    indices are divided by ``temporal_interpolation_scale``, spatial
+    coordinates by ``spatial_interpolation_scale``.
+
+    Parameters
+    ----------
+    t, h, w : int
+        Number of frames, rows and columns, ``>= 0``.
+    D : int
+        Width of the encoding, a positive multiple of 16 (so that every block
+        splits evenly into sines and cosines).
+    base : float, optional
+        Base of the frequencies, finite and ``> 0``.
+    temporal_interpolation_scale, spatial_interpolation_scale : float, optional
+        Divisors of the frame and spatial coordinates, ``> 0``.
+    dtype : {float64, float32, float16}, optional
+        Output dtype; values are rounded once from float64.
+    out : numpy.ndarray, optional
+        C-contiguous writable array of shape ``(t, h * w, D)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Array of shape ``(t, h * w, D)``: frame, token (row-major), channel.
+
+    Examples
+    --------
+    >>> import cpe
+    >>> pe = cpe.sincos_3d(2, 3, 4, 32)
+    >>> pe.shape
+    (2, 12, 32)
+    >>> bool((pe[1, :, 24:] == pe[0, :, 24:]).all())   # space does not depend on time
+    True
+    """
+    frames = _check_count(t, "t", 0)
+    rows = _check_count(h, "h", 0)
+    columns = _check_count(w, "w", 0)
+    width = _check_count(D, "D", 1)
+    if width % 16:
+        raise ValueError(f"D must be a multiple of 16 for a 3-D encoding, got {width}")
+    b = _check_base(base)
+    time_scale = _positive_real(temporal_interpolation_scale, "temporal_interpolation_scale")
+    space_scale = _positive_real(spatial_interpolation_scale, "spatial_interpolation_scale")
+    dt = _check_dtype(dtype)
+    result = _check_out(out, (frames, rows * columns, width), dt)
+
+    time_width = width // 4
+    result[..., :time_width] = _axis(frames, 1.0 / time_scale, time_width, b, dt)[:, None, :]
+    space = sincos_2d(rows, columns, width - time_width, base=b, interpolation_scale=space_scale, dtype=dt)
+    result[..., time_width:] = space[None, :, :]
+    return result

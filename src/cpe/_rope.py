@@ -1,0 +1,110 @@
+"""Rotary position embedding (RoPE) tables: the cos and sin that rotate q and k."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cpe._core import _check_count, _check_dtype, positional_encoding, positional_encoding_table
+
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def rope_cos_sin(
+    n: int | npt.ArrayLike,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    start: int = 0,
+    layout: str = "half",
+    dtype: npt.DTypeLike = np.float64,
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
+    """rope_cos_sin(n, head_dim, *, base=10000.0, start=0, layout="half", dtype=numpy.float64)
+
+    The ``(cos, sin)`` tables of rotary position embeddings.
+
+    With ``w_j = base ** (-2j / head_dim)`` for ``j < head_dim / 2``, position
+    ``p`` gets ``cos(p w_j)`` and ``sin(p w_j)`` with every frequency used twice:
+
+    * ``"half"`` (HF Llama, GPT-NeoX ``rotate_half``): the columns are
+      ``[w_0 ... w_{d/2-1}, w_0 ... w_{d/2-1}]``;
+    * ``"interleaved"`` (GPT-J, RoFormer): ``[w_0, w_0, w_1, w_1, ...]``.
+
+    Values are computed with double-double angles and rounded once to ``dtype``,
+    so float32 tables stay correctly rounded at long context (positions up to
+    1e6 and beyond), where float32 rotary caches are off by ~1e-2.
+
+    Parameters
+    ----------
+    n : int or array_like of int or float
+        An integer: the rows are positions ``start ... start + n - 1``. An array:
+        the positions themselves (position ids of any shape).
+    head_dim : int
+        Width of each table, a positive even number.
+    base : float, optional
+        RoPE's ``theta`` (10000 in the paper, 500000 in Llama 3), ``> 0``.
+    start : int, optional
+        First position when ``n`` is an integer.
+    layout : {"half", "interleaved"}, optional
+        Column order, as above.
+    dtype : {float64, float32, float16}, optional
+        Output dtype.
+
+    Returns
+    -------
+    cos, sin : numpy.ndarray
+        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cpe
+    >>> cos, sin = cpe.rope_cos_sin(4, 8)
+    >>> cos.shape, sin.shape
+    ((4, 8), (4, 8))
+    >>> bool(np.array_equal(cos[:, :4], cos[:, 4:]))     # "half": frequencies repeat
+    True
+    >>> cos, sin = cpe.rope_cos_sin(np.array([[3, 1]]), 4, layout="interleaved")
+    >>> sin[0, 1].round(4).tolist()
+    [0.8415, 0.8415, 0.01, 0.01]
+    """
+    width = _check_count(head_dim, "head_dim", 2)
+    if width % 2:
+        raise ValueError(f"head_dim must be even, got {width}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}")
+    _check_dtype(dtype)
+    if isinstance(n, (bool, np.bool_)):
+        raise TypeError("n must be an integer or an array of positions, got bool")
+    # The kernel writes [sin | cos] (or sin, cos interleaved) into what becomes
+    # the cos table; the duplicated columns are then copied, exactly.
+    kernel_layout = "sin_cos" if layout == "half" else "interleaved"
+    if _is_count(n):
+        table = positional_encoding_table(n, width, start=start, base=base, dtype=dtype, layout=kernel_layout)
+    else:
+        table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
+    cos, sin = table, np.empty_like(table)
+    half = width // 2
+    if layout == "half":
+        sin[..., :half] = table[..., :half]
+        sin[..., half:] = table[..., :half]
+        cos[..., :half] = cos[..., half:]
+    else:
+        sin[..., 0::2] = table[..., 0::2]
+        sin[..., 1::2] = table[..., 0::2]
+        cos[..., 0::2] = cos[..., 1::2]
+    return cos, sin
+
+
+def _is_count(n: Any) -> bool:
+    """An integer scalar (a row count), as opposed to an array of positions."""
+    if isinstance(n, (bool, np.bool_)) or np.ndim(n) != 0:
+        return False
+    try:
+        operator.index(n)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,85 @@
+"""Rotary (RoPE) cos/sin tables against HF Llama / GPT-J formulas and mpmath."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+import cpe
+from cpe import _reference as ref
+
+
+def close(got, expected, max_angle):
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-15 * max(1.0, max_angle) * 8)
+
+
+@pytest.mark.parametrize("head_dim", [2, 64, 128])
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+@pytest.mark.parametrize("start", [0, 4090])
+def test_half_layout_is_llama(head_dim, base, start):
+    cos, sin = cpe.rope_cos_sin(100, head_dim, base=base, start=start)
+    ref_cos, ref_sin = ref.llama_rope(np.arange(start, start + 100), head_dim, base)
+    close(cos, ref_cos, start + 100)
+    close(sin, ref_sin, start + 100)
+
+
+@pytest.mark.parametrize("head_dim", [2, 64])
+def test_interleaved_layout_is_gptj(head_dim):
+    cos, sin = cpe.rope_cos_sin(300, head_dim, layout="interleaved")
+    ref_cos, ref_sin = ref.gptj_rope(300, head_dim)
+    close(cos, ref_cos, 300)
+    close(sin, ref_sin, 300)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_position_ids(layout):
+    ids = np.array([[0, 5, 9, 9], [100, 3, 2, 1]])
+    cos, sin = cpe.rope_cos_sin(ids, 16, layout=layout)
+    assert cos.shape == sin.shape == (2, 4, 16)
+    table_cos, table_sin = cpe.rope_cos_sin(101, 16, layout=layout)
+    np.testing.assert_allclose(cos, table_cos[ids], rtol=0, atol=2e-15)
+    np.testing.assert_allclose(sin, table_sin[ids], rtol=0, atol=2e-15)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_float32_correctly_rounded_at_long_context(layout, report_error):
+    mpmath.mp.dps = 50
+    head_dim, base = 128, 500000.0
+    positions = np.array([10**6 - 1, 10**6, 777_777, 123_456, 1])
+    cos, sin = cpe.rope_cos_sin(positions, head_dim, base=base, layout=layout, dtype=np.float32)
+    assert cos.dtype == sin.dtype == np.float32
+    for i, p in enumerate(positions.tolist()):
+        for k in range(0, head_dim, 5):
+            j = k % (head_dim // 2) if layout == "half" else k // 2
+            angle = mpmath.mpf(p) * mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * j) / head_dim)
+            report_error("float32 RoPE, |p| <= 1e6", float(abs(mpmath.mpf(float(cos[i, k])) - mpmath.cos(angle))), 3.0e-8)
+            report_error("float32 RoPE, |p| <= 1e6", float(abs(mpmath.mpf(float(sin[i, k])) - mpmath.sin(angle))), 3.0e-8)
+
+
+def test_float32_arithmetic_rope_is_measurably_worse():
+    """What the bound protects against: a float32 rotary cache at 1e6."""
+    positions = np.float32(10**6)
+    inv_freq = (1.0 / (np.float32(10000) ** (np.arange(0, 64, 2, dtype=np.float32) / np.float32(64)))).astype(np.float32)
+    naive = np.cos(positions * inv_freq)
+    exact, _ = ref.llama_rope(10**6, 64)
+    assert np.abs(naive - exact[:32]).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"head_dim": 7}, ValueError, "head_dim must be even"),
+        ({"head_dim": 0}, ValueError, "head_dim must be >= 2"),
+        ({"layout": "neox"}, ValueError, "layout must be one of"),
+        ({"n": True}, TypeError, "n must be an integer or an array"),
+        ({"n": -1}, ValueError, "n must be >= 0"),
+        ({"n": [1.0, np.nan]}, ValueError, "position must be finite"),
+        ({"base": 0}, ValueError, "base must be > 0"),
+        ({"dtype": "int64"}, TypeError, "dtype"),
+    ],
+)
+def test_rope_errors(kwargs, exc, text):
+    args = {"n": 4, "head_dim": 8, **kwargs}
+    with pytest.raises(exc, match=text):
+        cpe.rope_cos_sin(args.pop("n"), args.pop("head_dim"), **args)
