@@ -1,0 +1,130 @@
+"""The real ``cpe`` console script, run in a subprocess like a user would."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cpe
+
+SCRIPT = pathlib.Path(sys.executable).parent / ("cpe.exe" if os.name == "nt" else "cpe")
+
+
+def run(*args: str, module: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cpe", *args] if module else [str(SCRIPT), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_console_script_is_installed():
+    assert SCRIPT.exists() or shutil.which("cpe"), "the cpe console script is not installed next to python"
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_encode_prints_the_encoding(module):
+    result = run("encode", "0", "4", module=module)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[0. 1. 0. 1.]"
+
+
+def test_encode_matches_the_library_in_csv():
+    result = run("encode", "998.39", "6", "--convention", "adm", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    values = np.array([float(v) for v in result.stdout.strip().split(",")])
+    np.testing.assert_array_equal(values, cpe.positional_encoding(998.39, 6, convention="adm"))
+
+
+def test_encode_several_positions():
+    result = run("encode", "0,1,2", "4", "--format", "csv")
+    rows = [[float(v) for v in line.split(",")] for line in result.stdout.strip().splitlines()]
+    np.testing.assert_array_equal(rows, cpe.positional_encoding([0, 1, 2], 4))
+
+
+def test_table_csv_and_options():
+    result = run("table", "5", "8", "--start", "3", "--base", "100", "--layout", "sin_cos", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    rows = np.array([[float(v) for v in line.split(",")] for line in result.stdout.strip().splitlines()])
+    np.testing.assert_array_equal(rows, cpe.positional_encoding_table(5, 8, start=3, base=100.0, layout="sin_cos"))
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv", ".txt"])
+def test_table_to_files(tmp_path, suffix):
+    target = tmp_path / f"pe{suffix}"
+    result = run("table", "16", "6", "--dtype", "float32", "--output", str(target))
+    assert result.returncode == 0, result.stderr
+    expected = cpe.positional_encoding_table(16, 6, dtype=np.float32)
+    if suffix == ".npy":
+        np.testing.assert_array_equal(np.load(target), expected)
+    elif suffix == ".npz":
+        np.testing.assert_array_equal(np.load(target)["encoding"], expected)
+    elif suffix == ".csv":
+        np.testing.assert_array_equal(np.loadtxt(target, delimiter=",", dtype=np.float32), expected)
+    else:
+        assert target.read_text().startswith("[[")
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["encode", "x", "4"], "not a position"),
+        (["encode", "0", "0"], "D must be >= 1"),
+        (["encode", "0", "four"], "invalid int value"),
+        (["table", "-1", "4"], "n must be >= 0"),
+        (["table", "3", "4", "--dtype", "int8"], "invalid choice"),
+        (["table", "3", "4", "--base", "-2"], "base must be > 0"),
+        (["table", "3", "2", "--convention", "fairseq"], "freq_shift"),
+        (["table", "3", "4", "--output", "pe.xlsx"], "--output must end in"),
+        (["frobnicate"], "invalid choice"),
+        ([], "required"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args, text, tmp_path):
+    result = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert text in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_and_version():
+    for command in ([], ["encode"], ["table"], ["plot"], ["bench"]):
+        result = run(*command, "--help")
+        assert result.returncode == 0 and "usage: cpe" in result.stdout
+    result = run("--version")
+    assert result.stdout.strip() == f"cpe {cpe.__version__}"
+
+
+def png_size(path: pathlib.Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+@pytest.mark.parametrize("curves", [None, "0,1,6,7"])
+def test_plot_writes_a_png_of_the_requested_size(tmp_path, curves):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "pe.png"
+    extra = ["--curves", curves] if curves else []
+    result = run("plot", "64", "32", "--output", str(target), "--size", "640x480", *extra)
+    assert result.returncode == 0, result.stderr
+    assert png_size(target) == (640, 480)
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path):
+    # A stand-in package that fails to import, first on the path: the command
+    # must behave as if matplotlib were not installed.
+    blocker = tmp_path / "blocker" / "matplotlib"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for this test')\n")
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+    result = run("plot", "8", "8", "--output", str(tmp_path / "pe.png"), env=env)
+    assert result.returncode == 1
+    assert "pip install 'cpe[plot]'" in result.stderr
+    assert "Traceback" not in result.stderr
