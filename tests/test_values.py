@@ -168,3 +168,21 @@ def test_huge_angles_stay_on_the_unit_circle(p):
     row = cpe.positional_encoding([p], 8, base=10.0)[0]
     assert np.all(np.abs(row) <= 1.0)
     np.testing.assert_allclose(row[0::2] ** 2 + row[1::2] ** 2, 1.0, rtol=0, atol=1e-15)
+
+
+def test_shifted_interleaved_is_not_confused_with_the_paper_encoding():
+    # D=5, freq_shift=-0.5 has the paper's exponent denominator (2.5) but two
+    # frequencies and a zero column instead of three frequencies.
+    paper = cpe.positional_encoding(3, 5)
+    shifted = cpe.positional_encoding(3, 5, freq_shift=-0.5)
+    assert shifted[-1] == 0.0 and paper[-1] != 0.0
+    np.testing.assert_array_equal(cpe.positional_encoding(3, 5), paper)
+
+
+def test_frequency_cache_stays_within_its_budget():
+    from cpe._core import _cache_info
+
+    for D in range(1, 3000, 7):
+        cpe.positional_encoding(1, D, base=1000.0 + D)
+    entries, used, budget = _cache_info()
+    assert 0 < used <= budget and entries > 0

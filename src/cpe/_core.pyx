@@ -4,7 +4,6 @@ Nothing is written into a caller's ``out=`` until every argument has been checke
 (the kernels check positions before they write). The definition and the
 conventions are documented in ``cpe._conventions`` and the README.
 """
-import math
 import numbers
 import operator
 import sys
@@ -13,6 +12,7 @@ import threading
 import numpy as np
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.math cimport isfinite
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -71,7 +71,7 @@ cdef double _as_real(value, str name) except? -1.0:
             x = float(value)
         except OverflowError:
             raise ValueError(f"{name} must be finite, got {value!r}") from None
-    if not math.isfinite(x):
+    if not isfinite(x):
         raise ValueError(f"{name} must be finite, got {x!r}")
     return x
 
@@ -91,9 +91,10 @@ cdef object _as_dtype(dtype):
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or not (dt == _FLOAT64 or dt == _FLOAT32 or dt == _FLOAT16):
-        raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
-    return dt
+    for canonical in (_FLOAT64, _FLOAT32, _FLOAT16):
+        if dt is not None and dt == canonical:
+            return canonical  # so that later checks are identity tests
+    raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
 
 
 cdef object _as_positions(position):
@@ -134,9 +135,10 @@ cdef object _prepare_out(out, tuple shape, dt):
         raise TypeError(f"out must have dtype {dt} (the dtype argument), got {out.dtype}")
     if out.shape != shape:
         raise ValueError(f"out must have shape {shape}, got {out.shape}")
-    if not out.flags.c_contiguous or not out.flags.aligned:
+    flags = out.flags
+    if not flags.c_contiguous or not flags.aligned:
         raise ValueError("out must be C-contiguous and aligned")
-    if not out.flags.writeable:
+    if not flags.writeable:
         raise ValueError("out must be writeable")
     return out
 
@@ -163,7 +165,7 @@ cdef char* _address(array) except NULL:
 # ---- encodings, cached: bounded in bytes, safe without the GIL ----
 
 _cache_lock = threading.Lock()
-_cache = {}
+cdef dict _cache = {}
 _cache_bytes = 0
 
 
@@ -180,12 +182,19 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
     if not needed:
         return None
-    key = (width, n_freq, layout_code, base, den, scale)
+    # The paper's encoding is keyed by (width, base, scale) alone.
+    paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
+             and den == width / 2.0)
+    if paper:
+        key = (width, base, scale)
+    else:
+        key = (width, n_freq, layout_code, base, den, scale)
     # A dict lookup is atomic, with or without the GIL; eviction is first-in,
     # first-out, so a hit needs no lock.
-    cdef _Encoding enc = _cache.get(key)
-    if enc is not None:
-        return enc
+    cdef _Encoding enc
+    cached = _cache.get(key)
+    if cached is not None:
+        return <_Encoding>cached
     enc = _Encoding.__new__(_Encoding)
     enc.width, enc.n_freq, enc.layout = width, n_freq, layout_code
     cdef Py_ssize_t stride = max(n_freq, 1)
@@ -208,6 +217,12 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     return enc
 
 
+def _cache_info():
+    """``(entries, bytes, budget)`` of the frequency cache, for tests and debugging."""
+    with _cache_lock:
+        return len(_cache), _cache_bytes, _CACHE_BUDGET
+
+
 # ---- running the kernels ----
 
 cdef int _raise_for(int status) except -1:
@@ -222,35 +237,46 @@ cdef int _raise_for(int status) except -1:
     return 0
 
 
-cdef object _kernel_target(result):
+cdef object _kernel_target(result, dt):
     # float16 has no C type: compute in float64 and round once on the way out.
-    if result.dtype is _FLOAT16 or result.dtype == _FLOAT16:
+    if dt is _FLOAT16:
         return np.empty(result.shape, dtype=np.float64)
     return result
 
 
-cdef int _fill_positions(target, const double* positions, Py_ssize_t n,
+# Below this many output values, releasing and retaking the GIL costs more than
+# it lets other threads gain.
+cdef Py_ssize_t _NOGIL_VALUES = 4096
+
+
+cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_t n,
                          _Encoding enc) except -1:
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    cdef bint single = target.dtype is _FLOAT32 or target.dtype == _FLOAT32
     cdef int status
-    with nogil:
-        if single:
-            status = fill_positions_f32(<float*>data, positions, n, enc.width,
-                                        enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
-        else:
-            status = fill_positions_f64(<double*>data, positions, n, enc.width,
-                                        enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+    if n * enc.width < _NOGIL_VALUES:
+        status = _positions_kernel(data, single, positions, n, enc)
+    else:
+        with nogil:
+            status = _positions_kernel(data, single, positions, n, enc)
     return _raise_for(status)
 
 
-cdef int _fill_table(target, double start, Py_ssize_t n, _Encoding enc) except -1:
+cdef inline int _positions_kernel(char* data, bint single, const double* positions,
+                                  Py_ssize_t n, _Encoding enc) noexcept nogil:
+    if single:
+        return fill_positions_f32(<float*>data, positions, n, enc.width,
+                                  enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+    return fill_positions_f64(<double*>data, positions, n, enc.width,
+                              enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+
+
+cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
+                     _Encoding enc) except -1:
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    cdef bint single = target.dtype is _FLOAT32 or target.dtype == _FLOAT32
     cdef int status
     with nogil:
         if single:
@@ -296,17 +322,17 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         p = position
         result = _prepare_out(out, (width,), dt)
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
-        target = _kernel_target(result)
-        _fill_positions(target, &p, 1, enc)
+        target = _kernel_target(result, dt)
+        _fill_positions(target, dt is _FLOAT32, &p, 1, enc)
     else:
         pos = _as_positions(position)
         result = _prepare_out(out, pos.shape + (width,), dt)
         enc = _encoding(width, b, s, convention, layout, freq_shift, pos.size != 0)
         if out is not None and np.may_share_memory(pos, out):
             pos = pos.copy()
-        target = _kernel_target(result)
+        target = _kernel_target(result, dt)
         if pos.size:
-            _fill_positions(target, <const double*>_address(pos), pos.size, enc)
+            _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), pos.size, enc)
     if target is not result:
         result[...] = target
     return result
@@ -390,8 +416,8 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef double s = _as_real(scale, "scale")
     result = _prepare_out(out, (rows, width), dt)
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
-    target = _kernel_target(result)
-    _fill_table(target, float(first), rows, enc)
+    target = _kernel_target(result, dt)
+    _fill_table(target, dt is _FLOAT32, float(first), rows, enc)
     if target is not result:
         result[...] = target
     return result
