@@ -150,3 +150,22 @@ def test_every_convention_is_as_accurate(kwargs, D, report_error):
             exact = convention_value(p, D, k, **expand)
             worst = float(abs(mpmath.mpf(float(row[k])) - exact))
             report_error("float64, every convention", worst, F64_BOUND)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_first_and_cached_table_paths(dtype, report_error):
+    """A first, small request builds its own digit tables; a repeat uses cached ones.
+
+    A base used nowhere else makes the encoding new to this process.
+    """
+    base = 12345.678 if dtype == np.float64 else 23456.789
+    D, n, start = 96, 600, 10**6 - 600
+    first = cpe.positional_encoding_table(n, D, start=start, base=base, dtype=dtype)
+    again = cpe.positional_encoding_table(n, D, start=start, base=base, dtype=dtype)
+    ids = cpe.positional_encoding(np.arange(start, start + n)[::-1].copy(), D, base=base, dtype=dtype)[::-1]
+    bound = F64_BOUND if dtype == np.float64 else F32_BOUND
+    rng = np.random.default_rng(5)
+    for name, table in [("first request", first), ("cached digit tables", again), ("ids, cached", ids)]:
+        for i in sorted({0, n - 1, *rng.integers(0, n, 25).tolist()}):
+            worst = max(error(table[i, k], start + i, D, k, base) for k in sample_columns(rng, D))
+            report_error(f"{np.dtype(dtype).name} table, {name}", worst, bound)

@@ -21,10 +21,11 @@ from cpe.kernels cimport (
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_OK,
-    fill_positions_f32,
-    fill_positions_f64,
-    fill_table_f32,
-    fill_table_f64,
+    digit_tables,
+    fill_positions_digits_f32,
+    fill_positions_digits_f64,
+    fill_table_digits_f32,
+    fill_table_digits_f64,
     frequencies,
 )
 
@@ -35,6 +36,13 @@ _FLOAT32 = np.dtype(np.float32)
 _FLOAT16 = np.dtype(np.float16)
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
 _CACHE_BUDGET = 2 * 1024 * 1024
+# Digit tables (see kernels.pxd) kept between calls: radix 16 makes them
+# 2 * 16 pair rows (512 bytes per frequency) and leaves one libm row per 256
+# positions. They are made for a request of at least _DIGITS_AT_ONCE rows, where
+# they cost no more than the kernel's own, or when an encoding is used again.
+cdef Py_ssize_t _DIGIT_RADIX = 16
+_DIGIT_BUDGET = 4 * 1024 * 1024
+_DIGITS_AT_ONCE = 1024
 
 
 # ---- argument checks: each names the argument and what was expected ----
@@ -151,6 +159,8 @@ cdef class _Encoding:
     cdef Py_ssize_t width
     cdef Py_ssize_t n_freq
     cdef int layout
+    cdef object key
+    cdef int uses                      # requests that could have used digit tables
 
 
 cdef char* _address(array) except NULL:
@@ -197,6 +207,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         return <_Encoding>cached
     enc = _Encoding.__new__(_Encoding)
     enc.width, enc.n_freq, enc.layout = width, n_freq, layout_code
+    enc.key = key
     cdef Py_ssize_t stride = max(n_freq, 1)
     w = np.zeros((2, stride), dtype=np.float64)
     cdef double* hi = <double*>_address(w)
@@ -217,10 +228,44 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     return enc
 
 
-def _cache_info():
-    """``(entries, bytes, budget)`` of the frequency cache, for tests and debugging."""
+_digit_cache = {}
+_digit_bytes = 0
+
+
+cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
+    """The cached digit tables of ``enc`` (a (2, radix, 2 n_freq) array), or None."""
+    global _digit_bytes
+    tables = _digit_cache.get(enc.key)
+    if tables is not None:
+        return tables
+    cdef Py_ssize_t row_doubles = 2 * enc.n_freq
+    cdef Py_ssize_t nbytes = 2 * _DIGIT_RADIX * row_doubles * 8
+    if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
+        return None
     with _cache_lock:
-        return len(_cache), _cache_bytes, _CACHE_BUDGET
+        enc.uses += 1
+        if rows < _DIGITS_AT_ONCE and enc.uses < 2:
+            return None
+    tables = np.empty((2, _DIGIT_RADIX, row_doubles), dtype=np.float64)
+    cdef double* low = <double*>_address(tables)
+    with nogil:
+        digit_tables(low, low + _DIGIT_RADIX * row_doubles, _DIGIT_RADIX,
+                     enc.w_hi, enc.w_lo, enc.n_freq)
+    tables.flags.writeable = False
+    with _cache_lock:
+        if enc.key not in _digit_cache:
+            _digit_cache[enc.key] = tables
+            _digit_bytes += nbytes
+            while _digit_bytes > _DIGIT_BUDGET:
+                _digit_bytes -= _digit_cache.pop(next(iter(_digit_cache))).nbytes
+    return tables
+
+
+def _cache_info():
+    """``(entries, bytes, budget)`` of the caches together, for tests and debugging."""
+    with _cache_lock:
+        return (len(_cache) + len(_digit_cache), _cache_bytes + _digit_bytes,
+                _CACHE_BUDGET + _DIGIT_BUDGET)
 
 
 # ---- running the kernels ----
@@ -254,22 +299,29 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
+    tables = _digits_for(enc, n) if n > 1 else None
+    cdef const double* low = NULL
+    if tables is not None:
+        low = <const double*>_address(tables)
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _positions_kernel(data, single, positions, n, enc)
+        status = _positions_kernel(data, single, positions, n, enc, low)
     else:
         with nogil:
-            status = _positions_kernel(data, single, positions, n, enc)
+            status = _positions_kernel(data, single, positions, n, enc, low)
     return _raise_for(status)
 
 
 cdef inline int _positions_kernel(char* data, bint single, const double* positions,
-                                  Py_ssize_t n, _Encoding enc) noexcept nogil:
+                                  Py_ssize_t n, _Encoding enc,
+                                  const double* low) noexcept nogil:
+    cdef const double* middle = NULL if low == NULL else low + _DIGIT_RADIX * 2 * enc.n_freq
+    cdef Py_ssize_t radix = 0 if low == NULL else _DIGIT_RADIX
     if single:
-        return fill_positions_f32(<float*>data, positions, n, enc.width,
-                                  enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
-    return fill_positions_f64(<double*>data, positions, n, enc.width,
-                              enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+        return fill_positions_digits_f32(<float*>data, positions, n, enc.width, enc.w_hi,
+                                         enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
+    return fill_positions_digits_f64(<double*>data, positions, n, enc.width, enc.w_hi,
+                                     enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
 
 
 cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
@@ -277,14 +329,22 @@ cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
+    tables = _digits_for(enc, n) if n > 1 else None
+    cdef const double* low = NULL
+    cdef const double* middle = NULL
+    cdef Py_ssize_t radix = 0
+    if tables is not None:
+        low = <const double*>_address(tables)
+        middle = low + _DIGIT_RADIX * 2 * enc.n_freq
+        radix = _DIGIT_RADIX
     cdef int status
     with nogil:
         if single:
-            status = fill_table_f32(<float*>data, start, n, enc.width,
-                                    enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+            status = fill_table_digits_f32(<float*>data, start, n, enc.width, enc.w_hi,
+                                           enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
         else:
-            status = fill_table_f64(<double*>data, start, n, enc.width,
-                                    enc.w_hi, enc.w_lo, enc.n_freq, enc.layout)
+            status = fill_table_digits_f64(<double*>data, start, n, enc.width, enc.w_hi,
+                                           enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
     return _raise_for(status)
 
 

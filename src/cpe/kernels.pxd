@@ -35,6 +35,27 @@ Signatures (stable; a test snapshots them)::
                        Py_ssize_t width, const double* w_hi, const double* w_lo,
                        Py_ssize_t n_freq, int layout)
     int fill_table_f32(float* out, ...same...)
+    int digit_tables(double* low, double* middle, Py_ssize_t radix,
+                     const double* w_hi, const double* w_lo, Py_ssize_t n_freq)
+    int fill_positions_digits_f64(double* out, const double* positions,
+                                  Py_ssize_t n_positions, Py_ssize_t width,
+                                  const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
+                                  int layout, const double* low, const double* middle,
+                                  Py_ssize_t radix)
+    int fill_positions_digits_f32(float* out, ...same...)
+    int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+                              Py_ssize_t width, const double* w_hi, const double* w_lo,
+                              Py_ssize_t n_freq, int layout, const double* low,
+                              const double* middle, Py_ssize_t radix)
+    int fill_table_digits_f32(float* out, ...same...)
+
+A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Tables of many
+consecutive or integer positions are built from three pair rows per position
+(angle addition); the two position-independent ones, ``low[d] = (sin, cos)(d w)``
+and ``middle[d] = (sin, cos)(d radix w)`` for ``d < radix``, can be made once by
+``digit_tables`` (``radix * 2 * n_freq`` doubles each) and passed to the
+``*_digits_*`` functions, which then call libm for only ``ceil(n / radix**2)``
+rows. The plain functions make their own.
 """
 
 cdef enum:
@@ -69,3 +90,28 @@ cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil
+
+# Pair rows low[d] = (sin, cos)(d w) and middle[d] = (sin, cos)(d radix w), d < radix;
+# each array holds radix * 2 * n_freq doubles.
+cdef int digit_tables(double* low, double* middle, Py_ssize_t radix,
+                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil
+
+# As fill_positions_* and fill_table_*, with the caller's digit tables.
+cdef int fill_positions_digits_f64(double* out, const double* positions,
+                                   Py_ssize_t n_positions, Py_ssize_t width,
+                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
+                                   int layout, const double* low, const double* middle,
+                                   Py_ssize_t radix) noexcept nogil
+cdef int fill_positions_digits_f32(float* out, const double* positions,
+                                   Py_ssize_t n_positions, Py_ssize_t width,
+                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
+                                   int layout, const double* low, const double* middle,
+                                   Py_ssize_t radix) noexcept nogil
+cdef int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+                               Py_ssize_t width, const double* w_hi, const double* w_lo,
+                               Py_ssize_t n_freq, int layout, const double* low,
+                               const double* middle, Py_ssize_t radix) noexcept nogil
+cdef int fill_table_digits_f32(float* out, double start, Py_ssize_t n_rows,
+                               Py_ssize_t width, const double* w_hi, const double* w_lo,
+                               Py_ssize_t n_freq, int layout, const double* low,
+                               const double* middle, Py_ssize_t radix) noexcept nogil

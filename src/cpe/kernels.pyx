@@ -226,15 +226,18 @@ cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
 # A position start + d with 0 <= d < span is written in base R as
 # d = d2 * R**2 + d1 * R + d0, and its pair row is the product of three rows:
 #     (sin, cos)((start + d2 R**2) w)  (sin, cos)(d1 R w)  (sin, cos)(d0 w),
-# each computed by _sincos. Only 2 R + ceil(span / R**2) rows call libm.
+# each computed by _sincos. The "low" (d0 w) and "middle" (d1 R w) rows do not
+# depend on the positions, so a caller may keep them (digit_tables); only the
+# ceil(span / R**2) "high" rows call libm on every request.
 
 cdef struct digits:
     Py_ssize_t radix
     Py_ssize_t n_high
-    double* low       # R pair rows: d0 w
-    double* middle    # R pair rows: d1 R w
-    double* high      # n_high pair rows: (start + d2 R**2) w
-    double* scratch   # 1 pair row
+    const double* low       # R pair rows: d0 w
+    const double* middle    # R pair rows: d1 R w
+    double* high            # n_high pair rows: (start + d2 R**2) w
+    double* scratch         # 1 pair row
+    double* owned           # what this struct allocated, freed by _digits_free
 
 
 cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
@@ -242,26 +245,42 @@ cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
     return radix if radix >= 2 else 2
 
 
-cdef int _digits_alloc(digits* t, double start, Py_ssize_t span, const double* w_hi,
-                       const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    cdef Py_ssize_t radix = _radix_for(span)
+cdef int digit_tables(double* low, double* middle, Py_ssize_t radix,
+                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    if radix < 2 or n_freq < 0:
+        return CPE_ERR_ARGUMENT
+    cdef Py_ssize_t d
+    for d in range(radix):
+        _sincos_row(low + 2 * n_freq * d, <double>d, w_hi, w_lo, n_freq)
+        _sincos_row(middle + 2 * n_freq * d, <double>(d * radix), w_hi, w_lo, n_freq)
+    return CPE_OK
+
+
+cdef int _digits_init(digits* t, double start, Py_ssize_t span, const double* w_hi,
+                      const double* w_lo, Py_ssize_t n_freq, const double* low,
+                      const double* middle, Py_ssize_t radix) noexcept nogil:
+    """Point t at the caller's low/middle rows (or make them) and make the high rows."""
+    if low == NULL:
+        radix = _radix_for(span)
     cdef Py_ssize_t n_high = (span + radix * radix - 1) // (radix * radix)
-    cdef Py_ssize_t rows = 2 * radix + n_high + 1
+    cdef Py_ssize_t rows = n_high + 1 + (2 * radix if low == NULL else 0)
     if n_freq > (<Py_ssize_t>1 << 40) // rows:
         return CPE_ERR_NOMEM
-    cdef double* memory = <double*>malloc(sizeof(double) * 2 * n_freq * rows)
-    if memory == NULL:
+    t.owned = <double*>malloc(sizeof(double) * 2 * n_freq * rows)
+    if t.owned == NULL:
         return CPE_ERR_NOMEM
     t.radix = radix
     t.n_high = n_high
-    t.low = memory
-    t.middle = memory + 2 * n_freq * radix
-    t.high = memory + 4 * n_freq * radix
+    t.high = t.owned
     t.scratch = t.high + 2 * n_freq * n_high
+    if low == NULL:
+        t.low = t.scratch + 2 * n_freq
+        t.middle = t.low + 2 * n_freq * radix
+        digit_tables(<double*>t.low, <double*>t.middle, radix, w_hi, w_lo, n_freq)
+    else:
+        t.low = low
+        t.middle = middle
     cdef Py_ssize_t d
-    for d in range(radix):
-        _sincos_row(t.low + 2 * n_freq * d, <double>d, w_hi, w_lo, n_freq)
-        _sincos_row(t.middle + 2 * n_freq * d, <double>(d * radix), w_hi, w_lo, n_freq)
     for d in range(n_high):
         _sincos_row(t.high + 2 * n_freq * d, start + <double>(d * radix * radix),
                     w_hi, w_lo, n_freq)
@@ -269,16 +288,19 @@ cdef int _digits_alloc(digits* t, double start, Py_ssize_t span, const double* w
 
 
 cdef inline void _digits_free(digits* t) noexcept nogil:
-    free(t.low)
+    free(t.owned)
 
 
 # ---- kernels ----
 
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
                          Py_ssize_t width, const double* w_hi, const double* w_lo,
-                         Py_ssize_t n_freq, int layout) noexcept nogil:
+                         Py_ssize_t n_freq, int layout, const double* low,
+                         const double* middle, Py_ssize_t radix) noexcept nogil:
     cdef columns c
     if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if low != NULL and (middle == NULL or radix < 2):
         return CPE_ERR_ARGUMENT
     cdef Py_ssize_t i, d, d0, d1, d2
     cdef double p, lowest = 0.0, highest = 0.0, largest_w = 0.0
@@ -299,14 +321,15 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
 
     cdef digits t
     cdef double* pairs
-    cdef Py_ssize_t span = 0, radix
+    cdef Py_ssize_t span = 0, libm_rows, r
     if integral and highest - lowest < 1099511627776.0:
         span = <Py_ssize_t>(highest - lowest) + 1
     # Digit tables pay off when their libm rows are few against the positions.
     if span and n_freq:
-        radix = _radix_for(span)
-        if 4 * (2 * radix + span // (radix * radix) + 1) <= n_positions:
-            if _digits_alloc(&t, lowest, span, w_hi, w_lo, n_freq) != CPE_OK:
+        r = radix if low != NULL else _radix_for(span)
+        libm_rows = span // (r * r) + 1 + (0 if low != NULL else 2 * r)
+        if 4 * libm_rows <= n_positions:
+            if _digits_init(&t, lowest, span, w_hi, w_lo, n_freq, low, middle, radix) != CPE_OK:
                 return CPE_ERR_NOMEM
             for i in range(n_positions):
                 d = <Py_ssize_t>(positions[i] - lowest)
@@ -331,9 +354,12 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
 
 cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                      Py_ssize_t width, const double* w_hi, const double* w_lo,
-                     Py_ssize_t n_freq, int layout) noexcept nogil:
+                     Py_ssize_t n_freq, int layout, const double* low,
+                     const double* middle, Py_ssize_t radix) noexcept nogil:
     cdef columns c
     if n_rows < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if low != NULL and (middle == NULL or radix < 2):
         return CPE_ERR_ARGUMENT
     if not (floor(start) == start and -9007199254740992.0 <= start
             and start + <double>n_rows <= 9007199254740992.0):
@@ -347,10 +373,23 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
             _store_pairs(out + i * width, NULL, &c, width)
         return CPE_OK
 
+    cdef double* pairs
+    cdef Py_ssize_t r = _radix_for(n_rows)
+    if low == NULL and 2 * r + (n_rows + r * r - 1) // (r * r) >= n_rows:
+        # So few rows that digit tables would call libm more often than they save.
+        pairs = <double*>malloc(sizeof(double) * 2 * n_freq)
+        if pairs == NULL:
+            return CPE_ERR_NOMEM
+        for i in range(n_rows):
+            _sincos_row(pairs, start + <double>i, w_hi, w_lo, n_freq)
+            _store_pairs(out + i * width, pairs, &c, width)
+        free(pairs)
+        return CPE_OK
+
     cdef digits t
-    if _digits_alloc(&t, start, n_rows, w_hi, w_lo, n_freq) != CPE_OK:
+    if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix) != CPE_OK:
         return CPE_ERR_NOMEM
-    cdef Py_ssize_t radix = t.radix
+    radix = t.radix
     for d2 in range(t.n_high):
         for d1 in range(radix):
             row0 = (d2 * radix + d1) * radix
@@ -370,22 +409,58 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
 cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout)
+    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
+                           NULL, NULL, 0)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout)
+    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
+                           NULL, NULL, 0)
 
 
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, NULL, 0)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, NULL, 0)
+
+
+cdef int fill_positions_digits_f64(double* out, const double* positions,
+                                   Py_ssize_t n_positions, Py_ssize_t width,
+                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
+                                   int layout, const double* low, const double* middle,
+                                   Py_ssize_t radix) noexcept nogil:
+    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
+                           low, middle, radix)
+
+
+cdef int fill_positions_digits_f32(float* out, const double* positions,
+                                   Py_ssize_t n_positions, Py_ssize_t width,
+                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
+                                   int layout, const double* low, const double* middle,
+                                   Py_ssize_t radix) noexcept nogil:
+    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
+                           low, middle, radix)
+
+
+cdef int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+                               Py_ssize_t width, const double* w_hi, const double* w_lo,
+                               Py_ssize_t n_freq, int layout, const double* low,
+                               const double* middle, Py_ssize_t radix) noexcept nogil:
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
+                       low, middle, radix)
+
+
+cdef int fill_table_digits_f32(float* out, double start, Py_ssize_t n_rows,
+                               Py_ssize_t width, const double* w_hi, const double* w_lo,
+                               Py_ssize_t n_freq, int layout, const double* low,
+                               const double* middle, Py_ssize_t radix) noexcept nogil:
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
+                       low, middle, radix)
