@@ -12,8 +12,65 @@ the accuracy:
   ``R + n / R`` rows call libm and every value stays within a few ulp.
 """
 from libc.math cimport sin, cos, log, fma, fabs, ldexp, floor, ceil, cbrt, isfinite
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, free, getenv
+from libc.stdint cimport uintptr_t
 from cython cimport floating
+
+cdef extern from *:
+    """
+    /* Non-temporal (streaming) stores for the interleaved layout: large outputs
+       are written without first reading every cache line, which is what limits
+       the plain loop. SSE2 is part of every x86-64 CPU, so no run-time dispatch
+       is needed; elsewhere the plain stores are used. Same arithmetic, same bits. */
+    #if defined(__SSE2__) || defined(_M_X64)
+    #include <emmintrin.h>
+    #define CPE_HAVE_STREAM 1
+    static void cpe_stream_product_f64(double *row, const double *a, const double *b,
+                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+        const double *a_c = a + n_freq, *b_c = b + n_freq;
+        for (Py_ssize_t j = 0; j + 1 < n_pairs; j += 2) {
+            __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
+            __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
+            __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
+            __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
+            _mm_stream_pd(row + 2 * j, _mm_unpacklo_pd(s, c));
+            _mm_stream_pd(row + 2 * j + 2, _mm_unpackhi_pd(s, c));
+        }
+    }
+    static void cpe_stream_product_f32(float *row, const double *a, const double *b,
+                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+        const double *a_c = a + n_freq, *b_c = b + n_freq;
+        for (Py_ssize_t j = 0; j + 1 < n_pairs; j += 2) {
+            __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
+            __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
+            __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
+            __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
+            __m128 lo = _mm_cvtpd_ps(_mm_unpacklo_pd(s, c));
+            __m128 hi = _mm_cvtpd_ps(_mm_unpackhi_pd(s, c));
+            _mm_stream_ps(row + 2 * j, _mm_movelh_ps(lo, hi));
+        }
+    }
+    static void cpe_stream_fence(void) { _mm_sfence(); }
+    #else
+    #define CPE_HAVE_STREAM 0
+    static void cpe_stream_product_f64(double *row, const double *a, const double *b,
+                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {}
+    static void cpe_stream_product_f32(float *row, const double *a, const double *b,
+                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {}
+    static void cpe_stream_fence(void) {}
+    #endif
+    """
+    bint CPE_HAVE_STREAM
+    void cpe_stream_product_f64(double* row, const double* a, const double* b,
+                                Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
+    void cpe_stream_product_f32(float* row, const double* a, const double* b,
+                                Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
+    void cpe_stream_fence() noexcept nogil
+
+# Outputs of at least this many bytes bypass the caches (they would not stay
+# there anyway). CPE_DISABLE_STREAM=1 in the environment turns this off.
+cdef Py_ssize_t STREAM_BYTES = 16 * 1024 * 1024
+cdef bint STREAM_ENABLED = CPE_HAVE_STREAM and getenv("CPE_DISABLE_STREAM") == NULL
 
 # ln 2 as a double-double.
 cdef double LN2_HI = 6.931471805599452862e-01
@@ -188,16 +245,22 @@ cdef inline void _product_pairs(double* pair_row, const double* a, const double*
 
 
 cdef inline void _store_product(floating* row, const double* a, const double* b,
-                                const columns* c, Py_ssize_t width) noexcept nogil:
+                                const columns* c, Py_ssize_t width, bint stream) noexcept nogil:
     # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
     # loops are specialized by layout so that their strides are constants.
-    cdef Py_ssize_t j, n_freq = c.n_sin
+    cdef Py_ssize_t j, first = 0, n_freq = c.n_sin
     cdef const double* a_c = a + n_freq
     cdef const double* b_c = b + n_freq
     cdef floating* sines = row + c.sin_at
     cdef floating* cosines = row + c.cos_at
+    if c.sin_step == 2 and stream and (<uintptr_t>row) % 16 == 0:
+        if floating is double:
+            cpe_stream_product_f64(row, a, b, n_freq, c.n_cos)
+        else:
+            cpe_stream_product_f32(row, a, b, n_freq, c.n_cos)
+        first = c.n_cos - c.n_cos % 2
     if c.sin_step == 2:
-        for j in range(c.n_cos):
+        for j in range(first, c.n_cos):
             row[2 * j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
             row[2 * j + 1] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
     else:
@@ -293,6 +356,10 @@ cdef inline void _digits_free(digits* t) noexcept nogil:
 
 # ---- kernels ----
 
+cdef inline bint _streaming(Py_ssize_t rows, Py_ssize_t width, size_t itemsize) noexcept nogil:
+    return STREAM_ENABLED and width % 2 == 0 and rows * width * <Py_ssize_t>itemsize >= STREAM_BYTES
+
+
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
                          Py_ssize_t width, const double* w_hi, const double* w_lo,
                          Py_ssize_t n_freq, int layout, const double* low,
@@ -321,6 +388,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
 
     cdef digits t
     cdef double* pairs
+    cdef bint stream
     cdef Py_ssize_t span = 0, libm_rows, r
     if integral and highest - lowest < 1099511627776.0:
         span = <Py_ssize_t>(highest - lowest) + 1
@@ -331,6 +399,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
         if 4 * libm_rows <= n_positions:
             if _digits_init(&t, lowest, span, w_hi, w_lo, n_freq, low, middle, radix) != CPE_OK:
                 return CPE_ERR_NOMEM
+            stream = _streaming(n_positions, width, sizeof(floating))
             for i in range(n_positions):
                 d = <Py_ssize_t>(positions[i] - lowest)
                 d2 = d // (t.radix * t.radix)
@@ -338,8 +407,11 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
                 d0 = d % t.radix
                 _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
                                t.high + 2 * n_freq * d2, n_freq)
-                _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width)
+                _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width,
+                               stream)
             _digits_free(&t)
+            if stream:
+                cpe_stream_fence()
             return CPE_OK
 
     pairs = <double*>malloc(sizeof(double) * 2 * (n_freq + 1))
@@ -390,6 +462,7 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix) != CPE_OK:
         return CPE_ERR_NOMEM
     radix = t.radix
+    cdef bint stream = _streaming(n_rows, width, sizeof(floating))
     for d2 in range(t.n_high):
         for d1 in range(radix):
             row0 = (d2 * radix + d1) * radix
@@ -399,8 +472,10 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                            t.high + 2 * n_freq * d2, n_freq)
             for d0 in range(min(radix, n_rows - row0)):
                 _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
-                               t.scratch, &c, width)
+                               t.scratch, &c, width, stream)
     _digits_free(&t)
+    if stream:
+        cpe_stream_fence()
     return CPE_OK
 
 

@@ -1,0 +1,69 @@
+"""Every fast path gives the bits of the portable path and meets the accuracy bounds.
+
+Outputs of 16 MiB and more are written with streaming (non-temporal) stores on
+x86-64; CPE_DISABLE_STREAM=1 turns them off, so the same request made in a
+subprocess with and without it must give identical bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cpe
+from exact import error
+
+BIG_REQUESTS = {
+    "table f64": "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048)",
+    "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
+    "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
+    "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
+}
+
+SCRIPT = """
+import hashlib, sys
+import numpy as np
+import cpe
+for expression in sys.argv[1:]:
+    array = eval(expression)
+    print(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest())
+"""
+
+
+def digests(disable_stream: bool) -> list[str]:
+    env = {**os.environ, "CPE_DISABLE_STREAM": "1"} if disable_stream else {
+        k: v for k, v in os.environ.items() if k != "CPE_DISABLE_STREAM"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, *BIG_REQUESTS.values()],
+                            capture_output=True, text=True, env=env, timeout=300, check=True)
+    return result.stdout.split()
+
+
+def test_streaming_and_plain_stores_give_the_same_bits():
+    assert digests(disable_stream=False) == digests(disable_stream=True)
+
+
+def test_in_process_results_match_the_subprocess():
+    # Guards against the subprocesses both taking a path this process does not.
+    here = [hashlib.sha256(np.ascontiguousarray(eval(e)).tobytes()).hexdigest() for e in BIG_REQUESTS.values()]
+    assert here == digests(disable_stream=False)
+
+
+@pytest.mark.parametrize("name", list(BIG_REQUESTS))
+def test_big_outputs_meet_the_bounds(name, report_error):
+    array = eval(BIG_REQUESTS[name])
+    rng = np.random.default_rng(len(name))
+    D = array.shape[-1]
+    if name.startswith("ids"):
+        positions = np.arange(10**6 - 2100, 10**6)[::-1]
+    else:
+        positions = np.arange(array.shape[0]) + (10**6 - array.shape[0] if "start" in BIG_REQUESTS[name] else 0)
+    base = 777.0 if "777" in BIG_REQUESTS[name] else 10000.0
+    bound = 3.0e-8 if array.dtype == np.float32 else 1e-15
+    for i in rng.integers(0, array.shape[0], 30).tolist():
+        for k in rng.integers(0, D, 6).tolist():
+            report_error(f"{array.dtype.name}, outputs >= 16 MiB (streamed)", error(array[i, k], int(positions[i]), D, k, base), bound)
