@@ -128,3 +128,24 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path):
     assert result.returncode == 1
     assert "pip install 'cpe[plot]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+def test_readme_command_lines_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    section = README.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
+    assert commands and all(command[0] == "cpe" for command in commands)
+    ran = 0
+    for command in commands:
+        if command[1] == "bench":
+            continue  # minutes long; .ci/stages/40-benchmark-smoke.sh runs it
+        result = subprocess.run([str(SCRIPT), *command[1:]], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert result.returncode == 0, (command, result.stderr)
+        ran += 1
+    assert ran >= 5
+    assert run("encode", "0", "4").stdout.strip() == "[0. 1. 0. 1.]"
