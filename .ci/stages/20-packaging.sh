@@ -74,7 +74,7 @@ step "build: the sdist, then the wheel from the sdist"
 source_copy="$work/source"
 mkdir -p "$source_copy"
 git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' file; do
-    [ -e "$file" ] && printf '%s\0' "$file"
+    if [ -e "$file" ]; then printf '%s\0' "$file"; fi  # not a deleted file
 done | xargs -0 cp --parents -t "$source_copy"
 python3 -m build --outdir "$work/dist" "$source_copy" > "$work/build.log" 2>&1 \
     || { tail -n 40 "$work/build.log"; fail "python -m build failed"; }
@@ -83,7 +83,9 @@ for pin in cython==3.3.1 setuptools==84.2.1; do
 done
 sdist=$(echo "$work"/dist/*.tar.gz)
 wheel=$(echo "$work"/dist/*.whl)
-[ -f "$sdist" ] && [ -f "$wheel" ] || fail "expected one sdist and one wheel in $work/dist"
+if [ ! -f "$sdist" ] || [ ! -f "$wheel" ]; then
+    fail "expected one sdist and one wheel in $work/dist"
+fi
 
 step "contents of the sdist and the wheel"
 python3 - "$sdist" "$wheel" <<'EOF'
@@ -152,7 +154,7 @@ echo "repaired: $(basename "$repaired")"
 run_suite() {
     local python=$1 label=$2 installable=$3 venv="$work/venv-$2" outside="$work/outside-$2"
     "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q "$installable[test]" > "$work/install-$label.log" 2>&1 \
+    "$venv/bin/python" -m pip install -q "${installable}[test]" > "$work/install-$label.log" 2>&1 \
         || { tail -n 40 "$work/install-$label.log"; fail "$label: installing $installable failed"; }
     mkdir -p "$outside"
     cp -r "$root/tests" "$outside/tests"
