@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint: ruff (Python, stubs, tests), cython-lint (.pyx, .pxd) and mypy --strict
-# (the stubs and the pure-Python modules), with the configuration in pyproject.toml.
+# Lint: ruff (Python, stubs, tests), cython-lint (.pyx, .pxd), mypy --strict (the
+# stubs and the pure-Python modules), configured in pyproject.toml, and shellcheck
+# on the CI scripts when it is installed.
 # The tools are pinned and installed in a virtual environment of their own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,6 +57,14 @@ check "cython-lint" cython-lint src/cpe/*.pyx src/cpe/*.pxd
 # mypy checks src/cpe as a package: the stubs, __init__, _version and _reference.
 mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
 echo "mypy --strict: clean"
+
+# The CI shell scripts, where shellcheck is installed (apt's shellcheck; optional).
+if command -v shellcheck > /dev/null; then
+    shellcheck .ci/run .ci/stages/*.sh
+    echo "shellcheck: clean"
+else
+    echo "shellcheck: not installed, shell scripts not checked"
+fi
 
 for pattern in "${pending[@]}"; do
     if ! printf '%s' "$all_findings" | grep -Eq -- "$pattern"; then
