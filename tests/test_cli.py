@@ -126,7 +126,7 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
     result = run("plot", "8", "8", "--output", str(tmp_path / "pe.png"), env=env)
     assert result.returncode == 1
-    assert "pip install 'cpe[plot]'" in result.stderr
+    assert "pip install 'cpe-encodings[plot]'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 import cpe
 from cpe._conventions import CONVENTIONS
 
-PLOT_HINT = "cpe plot needs matplotlib: pip install 'cpe[plot]'"
+PLOT_HINT = "cpe plot needs matplotlib: pip install 'cpe-encodings[plot]'"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Lint: ruff (Python, stubs, tests), cython-lint (.pyx, .pxd), mypy --strict (the
+# stubs and the pure-Python modules), configured in pyproject.toml, and shellcheck
+# on the CI scripts when it is installed.
+# The tools are pinned and installed in a virtual environment of their own.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=${CPE_CI_WORK:-$(mktemp -d)}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+# Findings in files that were being edited on main when this stage was written;
+# they were reported for fixing, and each is tolerated only in the file and for
+# the rule named here (an extended regular expression matched against one line
+# of `path:line:column: message`). Delete an entry once its file is clean: the
+# stage prints those that no longer match anything.
+pending=(
+    '^src/cpe/_core\.pyi:[0-9]+:[0-9]+: PYI011 '
+    '^src/cpe/_reference\.py:[0-9]+:[0-9]+: RUF005 '
+    '^tests/test_accuracy\.py:[0-9]+:[0-9]+: (E501|B905) '
+    '^tests/test_docs\.py:[0-9]+:[0-9]+: (E501|PT018|FURB167) '
+    '^tests/test_errors\.py:[0-9]+:[0-9]+: (E501|PT011) '
+    '^tests/test_values\.py:[0-9]+:[0-9]+: (E501|I001|RUF005) '
+    '^src/cpe/_core\.pyx:[0-9]+:[0-9]+: E501 '
+    '^src/cpe/kernels\.pyx:[0-9]+:[0-9]+: E501 '
+    "^src/cpe/kernels\.pyx:[0-9]+:[0-9]+: Loop control variable 'i' not used "
+)
+
+venv="$work/lint-venv"
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q \
+    ruff==0.17.6 cython-lint==0.22.1 mypy==2.4.1 numpy==2.4.6
+export PATH="$venv/bin:$PATH"  # cython-lint runs pycodestyle from PATH
+
+# Runs a linter; fails on any finding that is not pending.
+check() {
+    local name=$1 status=0 output unexpected
+    shift
+    output=$("$@" 2>&1) || status=$?
+    output=$(printf '%s\n' "$output" | sed "s|^$(pwd)/||")
+    findings=$(printf '%s\n' "$output" | grep -E '^[^ ]+:[0-9]+:[0-9]+: ' || true)
+    unexpected=$findings
+    for pattern in "${pending[@]}"; do
+        unexpected=$(printf '%s\n' "$unexpected" | grep -Ev -- "$pattern" || true)
+    done
+    if [ -n "$unexpected" ] || { [ "$status" -ne 0 ] && [ -z "$findings" ]; }; then
+        printf '%s\n' "$output"
+        echo "$name: FAILED" >&2
+        return 1
+    fi
+    echo "$name: clean ($(printf '%s' "$findings" | grep -c . || true) pending findings tolerated)"
+    all_findings+=$findings$'\n'
+}
+
+all_findings=
+check "ruff check" ruff check --no-cache --output-format concise .
+check "cython-lint" cython-lint src/cpe/*.pyx src/cpe/*.pxd
+# mypy checks src/cpe as a package: the stubs, __init__, _version and _reference.
+mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
+echo "mypy --strict: clean"
+
+# The CI shell scripts, where shellcheck is installed (apt's shellcheck; optional).
+if command -v shellcheck > /dev/null; then
+    shellcheck .ci/run .ci/stages/*.sh
+    echo "shellcheck: clean"
+else
+    echo "shellcheck: not installed, shell scripts not checked"
+fi
+
+for pattern in "${pending[@]}"; do
+    if ! printf '%s' "$all_findings" | grep -Eq -- "$pattern"; then
+        echo "note: the pending finding '$pattern' is fixed: delete it from $0"
+    fi
+done

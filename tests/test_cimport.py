@@ -1,0 +1,327 @@
+"""A downstream Cython package can ``cimport cpe.kernels`` from the installed cpe.
+
+The test writes a small extension module to a temporary folder, builds it with
+setuptools and Cython in a subprocess of this interpreter (no build isolation: it
+compiles against the cpe installed here, through the ``kernels.pxd`` that ships in
+the package), imports it and checks that the kernels it calls without the GIL give
+the same values as ``cpe``'s Python API and as ``math.sin``/``math.cos``.
+It is skipped only when this machine has no C compiler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import cpe
+
+DOWNSTREAM = textwrap.dedent(
+    '''
+    # cython: language_level=3
+    # cython: freethreading_compatible=True
+    from libc.stdlib cimport malloc, free
+
+    from cpe.kernels cimport (
+        CPE_ERR_ARGUMENT,
+        CPE_ERR_NOMEM,
+        CPE_LAYOUT_COS_SIN,
+        CPE_LAYOUT_INTERLEAVED,
+        CPE_LAYOUT_SIN_COS,
+        CPE_OK,
+        fill_positions_f32,
+        fill_positions_f64,
+        fill_table_f32,
+        fill_table_f64,
+        frequencies,
+    )
+
+    CONSTANTS = {
+        "CPE_OK": CPE_OK,
+        "CPE_ERR_ARGUMENT": CPE_ERR_ARGUMENT,
+        "CPE_ERR_NOMEM": CPE_ERR_NOMEM,
+        "CPE_LAYOUT_INTERLEAVED": CPE_LAYOUT_INTERLEAVED,
+        "CPE_LAYOUT_SIN_COS": CPE_LAYOUT_SIN_COS,
+        "CPE_LAYOUT_COS_SIN": CPE_LAYOUT_COS_SIN,
+    }
+
+
+    cdef double* _frequencies(Py_ssize_t width, double base, int* status) noexcept nogil:
+        # w_hi in the first n_freq doubles, w_lo in the next: the paper's frequencies.
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+        if w == NULL:
+            status[0] = CPE_ERR_NOMEM
+            return NULL
+        status[0] = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
+        return w
+
+
+    # The example of docs/cython.md, verbatim.
+    def encoding_table(float[:, ::1] out, Py_ssize_t start=0, double base=10000.0):
+        """Fill ``out[i]`` with the encoding of position ``start + i``; return ``out``."""
+        cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef double* w
+        cdef int status = CPE_OK
+        if n_rows == 0 or width == 0:
+            return out.base
+        w = <double*>malloc(2 * n_freq * sizeof(double))
+        if w == NULL:
+            raise MemoryError()
+        with nogil:
+            status = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
+            if status == CPE_OK:
+                status = fill_table_f32(&out[0, 0], <double>start, n_rows, width,
+                                        w, w + n_freq, n_freq, CPE_LAYOUT_INTERLEAVED)
+        free(w)
+        if status != CPE_OK:
+            raise ValueError(f"cpe rejected the arguments (status {status})")
+        return out.base
+
+
+    def table_f64(double[:, ::1] out, double start, int layout, double base=10000.0):
+        cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef int status
+        cdef double* w
+        with nogil:
+            w = _frequencies(width, base, &status)
+            if status == CPE_OK:
+                status = fill_table_f64(&out[0, 0], start, n_rows, width,
+                                        w, w + n_freq, n_freq, layout)
+            free(w)
+        return status
+
+
+    def table_f32(float[:, ::1] out, double start, int layout, double base=10000.0):
+        cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef int status
+        cdef double* w
+        with nogil:
+            w = _frequencies(width, base, &status)
+            if status == CPE_OK:
+                status = fill_table_f32(&out[0, 0], start, n_rows, width,
+                                        w, w + n_freq, n_freq, layout)
+            free(w)
+        return status
+
+
+    def positions_f64(double[:, ::1] out, const double[::1] positions, int layout):
+        cdef Py_ssize_t width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef int status
+        cdef double* w
+        with nogil:
+            w = _frequencies(width, 10000.0, &status)
+            if status == CPE_OK:
+                status = fill_positions_f64(&out[0, 0], &positions[0], positions.shape[0],
+                                            width, w, w + n_freq, n_freq, layout)
+            free(w)
+        return status
+
+
+    def positions_f32(float[:, ::1] out, const double[::1] positions, int layout):
+        cdef Py_ssize_t width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef int status
+        cdef double* w
+        with nogil:
+            w = _frequencies(width, 10000.0, &status)
+            if status == CPE_OK:
+                status = fill_positions_f32(&out[0, 0], &positions[0], positions.shape[0],
+                                            width, w, w + n_freq, n_freq, layout)
+            free(w)
+        return status
+
+
+    def table_with_n_freq(double[:, ::1] out, Py_ssize_t n_freq):
+        # Calls the kernel with a caller-chosen n_freq, to see it refuse bad ones.
+        cdef double w[64]
+        cdef int status
+        with nogil:
+            status = frequencies(w, w + 32, 32, 10000.0, 16.0, 1.0)
+            if status == CPE_OK:
+                status = fill_table_f64(&out[0, 0], 0.0, out.shape[0], out.shape[1],
+                                        w, w + 32, n_freq, CPE_LAYOUT_INTERLEAVED)
+        return status
+
+
+    def frequencies_status(Py_ssize_t n_freq, double base, double exponent_den):
+        cdef double w[8]
+        cdef int status
+        with nogil:
+            status = frequencies(w, w + 4, n_freq, base, exponent_den, 1.0)
+        return status
+    '''
+)
+
+SETUP = textwrap.dedent(
+    """
+    from Cython.Build import cythonize
+    from setuptools import Extension, setup
+
+    setup(
+        name="cpe-downstream-example",
+        ext_modules=cythonize([Extension("downstream", ["downstream.pyx"])]),
+    )
+    """
+)
+
+
+def _has_c_compiler() -> bool:
+    """Whether setuptools will find a C compiler for this interpreter."""
+    if sys.platform == "win32":
+        import setuptools  # noqa: F401  # provides distutils, also on Python >= 3.12
+
+        # isort: split
+        from distutils.ccompiler import new_compiler
+        from distutils.errors import DistutilsPlatformError
+
+        try:
+            new_compiler().initialize()  # finds MSVC or raises
+        except DistutilsPlatformError:
+            return False
+        return True
+    command = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(shlex.split(command)[0]) is not None
+
+
+@pytest.fixture(scope="module")
+def downstream(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    if not _has_c_compiler():
+        pytest.skip("no C compiler found: cannot build a downstream Cython extension")
+    folder = tmp_path_factory.mktemp("downstream")
+    (folder / "downstream.pyx").write_text(DOWNSTREAM)
+    (folder / "setup.py").write_text(SETUP)
+    build = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert build.returncode == 0, f"downstream build failed:\n{build.stdout}\n{build.stderr}"
+    built = [path for path in folder.iterdir() if path.name.startswith("downstream.")]
+    extension = next((path for path in built if path.suffix in {".so", ".pyd"}), None)
+    assert extension is not None, f"no extension module among {built}"
+    spec = importlib.util.spec_from_file_location("downstream", extension)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pxd_that_downstream_code_compiles_against_is_installed() -> None:
+    package = pathlib.Path(cpe.__file__).parent
+    assert (package / "kernels.pxd").is_file()
+
+
+def test_enum_values_compiled_into_downstream_code(downstream: ModuleType) -> None:
+    # Compile-time constants of the ABI: no capsule carries them, so a changed
+    # value would silently break every package built against an older cpe.
+    assert downstream.CONSTANTS == {
+        "CPE_OK": 0,
+        "CPE_ERR_ARGUMENT": -1,
+        "CPE_ERR_NOMEM": -2,
+        "CPE_LAYOUT_INTERLEAVED": 0,
+        "CPE_LAYOUT_SIN_COS": 1,
+        "CPE_LAYOUT_COS_SIN": 2,
+    }
+
+
+@pytest.mark.parametrize(("n", "D", "start"), [(1, 4, 0), (7, 9, -3), (300, 64, 1000), (50, 1, 5)])
+def test_table_kernel_matches_the_python_api(
+    downstream: ModuleType, n: int, D: int, start: int
+) -> None:
+    out = np.full((n, D), np.nan)
+    status = downstream.table_f64(out, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"])
+    assert status == 0
+    np.testing.assert_array_equal(out, cpe.positional_encoding_table(n, D, start=start))
+    out32 = np.full((n, D), np.nan, dtype=np.float32)
+    status = downstream.table_f32(
+        out32, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"]
+    )
+    assert status == 0
+    np.testing.assert_array_equal(
+        out32, cpe.positional_encoding_table(n, D, start=start, dtype=np.float32)
+    )
+
+
+def test_the_documented_example(downstream: ModuleType) -> None:
+    out = np.empty((2048, 512), dtype=np.float32)
+    assert downstream.encoding_table(out, start=10) is out
+    expected = cpe.positional_encoding_table(2048, 512, start=10, dtype=np.float32)
+    np.testing.assert_array_equal(out, expected)
+    empty = np.empty((0, 4), dtype=np.float32)
+    assert downstream.encoding_table(empty) is empty
+    with pytest.raises(ValueError, match="status -1"):
+        downstream.encoding_table(np.empty((2, 4), dtype=np.float32), base=-1.0)
+
+
+def test_table_kernel_matches_the_definition(downstream: ModuleType) -> None:
+    n, D, start = 40, 10, 123
+    out = np.empty((n, D))
+    assert downstream.table_f64(out, float(start), 0) == 0
+    for i in range(n):
+        for k in range(D):
+            angle = (start + i) * 10000.0 ** (-2 * (k // 2) / D)
+            expected = math.sin(angle) if k % 2 == 0 else math.cos(angle)
+            assert out[i, k] == pytest.approx(expected, abs=1e-14), (i, k)
+
+
+def test_positions_kernel_matches_the_python_api(downstream: ModuleType) -> None:
+    positions = np.array([0.0, 1.5, -7.25, 1e4, 123456.0, -0.001])
+    out = np.full((positions.size, 11), np.nan)
+    assert downstream.positions_f64(out, positions, 0) == 0
+    np.testing.assert_array_equal(out, cpe.positional_encoding(positions, 11))
+    out32 = np.full((positions.size, 11), np.nan, dtype=np.float32)
+    assert downstream.positions_f32(out32, positions, 0) == 0
+    np.testing.assert_array_equal(out32, cpe.positional_encoding(positions, 11, dtype=np.float32))
+
+
+@pytest.mark.parametrize("D", [8, 9])
+def test_layouts_are_permutations_of_the_interleaved_columns(
+    downstream: ModuleType, D: int
+) -> None:
+    n, n_freq = 30, (D + 1) // 2
+    interleaved = cpe.positional_encoding_table(n, D, start=-10)
+    sines, cosines = interleaved[:, 0::2], interleaved[:, 1::2]
+    sin_cos = np.full((n, D), np.nan)
+    assert downstream.table_f64(sin_cos, -10.0, downstream.CONSTANTS["CPE_LAYOUT_SIN_COS"]) == 0
+    np.testing.assert_array_equal(sin_cos[:, :n_freq], sines)
+    np.testing.assert_array_equal(sin_cos[:, n_freq:], cosines)
+    cos_sin = np.full((n, D), np.nan)
+    assert downstream.table_f64(cos_sin, -10.0, downstream.CONSTANTS["CPE_LAYOUT_COS_SIN"]) == 0
+    np.testing.assert_array_equal(cos_sin[:, : D - n_freq], cosines)
+    np.testing.assert_array_equal(cos_sin[:, D - n_freq :], sines)
+
+
+def test_kernels_reject_bad_arguments_and_write_nothing(downstream: ModuleType) -> None:
+    error = downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
+    out = np.full((3, 8), 7.0)
+    assert downstream.table_f64(out, 0.0, 3) == error  # no such layout
+    assert downstream.table_f64(out, 0.5, 0) == error  # start must be an integer
+    assert downstream.table_with_n_freq(out, 5) == error  # 2 * n_freq > width + 1
+    assert downstream.table_with_n_freq(out, -1) == error
+    np.testing.assert_array_equal(out, 7.0)
+    positions = np.array([0.0, np.nan, 1.0])
+    assert downstream.positions_f64(out, positions, 0) == error
+    np.testing.assert_array_equal(out, 7.0)
+    assert downstream.frequencies_status(-1, 10000.0, 4.0) == error
+    assert downstream.frequencies_status(4, 0.0, 4.0) == error
+    assert downstream.frequencies_status(4, 10000.0, math.inf) == error
+    assert downstream.frequencies_status(4, 10000.0, 4.0) == 0
