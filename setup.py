@@ -49,6 +49,9 @@ setup(
         extensions,
         compiler_directives=DIRECTIVES,
         include_path=["src"],
+        # The generated C goes to a folder per set of directives, so that turning
+        # the checks on or off never reuses C (or objects) made for the other set.
+        build_dir="build/cython-checks" if CHECKS else "build/cython",
     ),
     cmdclass={"build_ext": BuildExt},
 )

@@ -26,8 +26,14 @@ def error(computed: float, p: float, D: int, k: int, base: float = 10000.0) -> f
 
 
 def convention_value(
-    p: float, D: int, k: int, *, base: float = 10000.0, layout: str = "interleaved",
-    freq_shift: float | None = None, scale: float = 1.0,
+    p: float,
+    D: int,
+    k: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    freq_shift: float | None = None,
+    scale: float = 1.0,
 ) -> mpmath.mpf:
     """Column ``k`` for any layout and frequency choice (see cpe._conventions)."""
     n_freq = (D + 1) // 2 if freq_shift is None else D // 2
@@ -43,6 +49,8 @@ def convention_value(
     if freq_shift is None:
         w = mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * j) / D)
     else:
-        w = mpmath.power(mpmath.mpf(base), -mpmath.mpf(j) / (mpmath.mpf(D // 2) - mpmath.mpf(freq_shift)))
+        w = mpmath.power(
+            mpmath.mpf(base), -mpmath.mpf(j) / (mpmath.mpf(D // 2) - mpmath.mpf(freq_shift))
+        )
     angle = mpmath.mpf(scale) * mpmath.mpf(p) * w
     return mpmath.sin(angle) if kind == "sin" else mpmath.cos(angle)

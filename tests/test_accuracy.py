@@ -42,16 +42,25 @@ def test_float64_integer_positions(D, report_error):
 @pytest.mark.parametrize("D", [1, 3, 64, 512, 4096])
 def test_float64_real_positions(D, report_error):
     rng = np.random.default_rng(1000 + D)
-    positions = np.concatenate([rng.uniform(-1e4, 1e4, 40), rng.uniform(-1, 1, 10), [998.39, -0.5, 1e-300]])
+    positions = np.concatenate(
+        [rng.uniform(-1e4, 1e4, 40), rng.uniform(-1, 1, 10), [998.39, -0.5, 1e-300]]
+    )
     rows = cpe.positional_encoding(positions, D)
-    for p, row in zip(positions.tolist(), rows):
+    for p, row in zip(positions.tolist(), rows, strict=True):
         worst = max(error(row[k], p, D, k) for k in sample_columns(rng, D))
         report_error("float64, real |p| <= 1e4", worst, F64_BOUND)
 
 
 @pytest.mark.parametrize(
     ("start", "n", "D"),
-    [(0, 5000, 512), (10**6 - 3000, 3001, 64), (-(10**6), 2500, 4096), (123456, 17, 7), (-50, 100, 1), (999_000, 1000, 1023)],
+    [
+        (0, 5000, 512),
+        (10**6 - 3000, 3001, 64),
+        (-(10**6), 2500, 4096),
+        (123456, 17, 7),
+        (-50, 100, 1),
+        (999_000, 1000, 1023),
+    ],
 )
 def test_float64_tables(start, n, D, report_error):
     rng = np.random.default_rng(n + D)
@@ -68,7 +77,7 @@ def test_float32_correctly_rounded(D, report_error):
     positions = np.array(integer_positions(rng))
     rows = cpe.positional_encoding(positions, D, dtype=np.float32)
     table = cpe.positional_encoding_table(300, D, start=10**6 - 300, dtype=np.float32)
-    for p, row in zip(positions.tolist(), rows):
+    for p, row in zip(positions.tolist(), rows, strict=True):
         worst = max(error(row[k], p, D, k) for k in sample_columns(rng, D))
         report_error("float32, |p| <= 1e6", worst, F32_BOUND)
     for i in rng.integers(0, 300, 30).tolist():
@@ -81,7 +90,7 @@ def test_float16_within_half_ulp(report_error):
     D = 64
     positions = np.array(integer_positions(rng))
     rows = cpe.positional_encoding(positions, D, dtype=np.float16)
-    for p, row in zip(positions.tolist(), rows):
+    for p, row in zip(positions.tolist(), rows, strict=True):
         for k in sample_columns(rng, D):
             half_ulp = float(np.spacing(np.float16(abs(row[k])))) / 2
             report_error("float16 minus half an ulp", error(row[k], p, D, k) - half_ulp, 1e-15)
@@ -107,7 +116,10 @@ def test_naive_float64_is_measurably_worse():
     assert worst > 1e-12
 
 
-@pytest.mark.parametrize(("low", "high", "count", "D"), [(-(10**6), 10**6, 6000, 64), (0, 4096, 3000, 512), (999_000, 10**6, 20000, 8)])
+@pytest.mark.parametrize(
+    ("low", "high", "count", "D"),
+    [(-(10**6), 10**6, 6000, 64), (0, 4096, 3000, 512), (999_000, 10**6, 20000, 8)],
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_many_integer_positions(low, high, count, D, dtype, report_error):
     """Large arrays of integer ids (the digit-table path of the kernel)."""
@@ -142,10 +154,21 @@ def test_every_convention_is_as_accurate(kwargs, D, report_error):
     if "convention" in expand:
         expand["layout"], expand["freq_shift"] = preset[expand.pop("convention")]
     limit = 1e6 / expand.get("scale", 1.0)
-    positions = [0, 1, int(limit), -int(limit), *rng.integers(-int(limit), int(limit), 20).tolist(), 998.39]
+    positions = [
+        0,
+        1,
+        int(limit),
+        -int(limit),
+        *rng.integers(-int(limit), int(limit), 20).tolist(),
+        998.39,
+    ]
     rows = cpe.positional_encoding(np.array(positions, dtype=np.float64), D, **kwargs)
     table = cpe.positional_encoding_table(600, D, start=int(limit) - 600, **kwargs)
-    for p, row in [*zip(positions, rows), (int(limit) - 1, table[-1]), (int(limit) - 301, table[299])]:
+    for p, row in [
+        *zip(positions, rows, strict=True),
+        (int(limit) - 1, table[-1]),
+        (int(limit) - 301, table[299]),
+    ]:
         for k in sample_columns(rng, D):
             exact = convention_value(p, D, k, **expand)
             worst = float(abs(mpmath.mpf(float(row[k])) - exact))
@@ -162,10 +185,16 @@ def test_first_and_cached_table_paths(dtype, report_error):
     D, n, start = 96, 600, 10**6 - 600
     first = cpe.positional_encoding_table(n, D, start=start, base=base, dtype=dtype)
     again = cpe.positional_encoding_table(n, D, start=start, base=base, dtype=dtype)
-    ids = cpe.positional_encoding(np.arange(start, start + n)[::-1].copy(), D, base=base, dtype=dtype)[::-1]
+    ids = cpe.positional_encoding(
+        np.arange(start, start + n)[::-1].copy(), D, base=base, dtype=dtype
+    )[::-1]
     bound = F64_BOUND if dtype == np.float64 else F32_BOUND
     rng = np.random.default_rng(5)
-    for name, table in [("first request", first), ("cached digit tables", again), ("ids, cached", ids)]:
+    for name, table in [
+        ("first request", first),
+        ("cached digit tables", again),
+        ("ids, cached", ids),
+    ]:
         for i in sorted({0, n - 1, *rng.integers(0, n, 25).tolist()}):
             worst = max(error(table[i, k], start + i, D, k, base) for k in sample_columns(rng, D))
             report_error(f"{np.dtype(dtype).name} table, {name}", worst, bound)

@@ -40,6 +40,10 @@ DOWNSTREAM = textwrap.dedent(
         CPE_LAYOUT_INTERLEAVED,
         CPE_LAYOUT_SIN_COS,
         CPE_OK,
+        digit_tables,
+        fill_positions_digits_f64,
+        fill_table_digits_f32,
+        fill_table_digits_f64,
         fill_positions_f32,
         fill_positions_f64,
         fill_table_f32,
@@ -66,6 +70,58 @@ DOWNSTREAM = textwrap.dedent(
             return NULL
         status[0] = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
         return w
+
+
+    def table_digits(out, double start, Py_ssize_t radix, int layout=CPE_LAYOUT_INTERLEAVED):
+        """fill_table_digits_f64/_f32 with digit tables made by digit_tables."""
+        cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef double[:, ::1] out64
+        cdef float[:, ::1] out32
+        cdef int status
+        cdef double* w
+        cdef double* tables = <double*>malloc(sizeof(double) * 4 * n_freq * max(radix, 2))
+        if tables == NULL:
+            raise MemoryError()
+        w = _frequencies(width, 10000.0, &status)
+        if status == CPE_OK and radix >= 2:
+            status = digit_tables(tables, tables + 2 * n_freq * radix, radix, w, w + n_freq, n_freq)
+        if status == CPE_OK:
+            if out.dtype.itemsize == 8:
+                out64 = out
+                with nogil:
+                    status = fill_table_digits_f64(&out64[0, 0], start, n_rows, width,
+                                                   w, w + n_freq, n_freq, layout, tables,
+                                                   tables + 2 * n_freq * radix, radix)
+            else:
+                out32 = out
+                with nogil:
+                    status = fill_table_digits_f32(&out32[0, 0], start, n_rows, width,
+                                                   w, w + n_freq, n_freq, layout, tables,
+                                                   tables + 2 * n_freq * radix, radix)
+        free(w)
+        free(tables)
+        return status
+
+
+    def positions_digits_f64(double[:, ::1] out, const double[::1] positions, Py_ssize_t radix):
+        cdef Py_ssize_t width = out.shape[1]
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef int status
+        cdef double* w = _frequencies(width, 10000.0, &status)
+        cdef double* tables = <double*>malloc(sizeof(double) * 4 * n_freq * radix)
+        with nogil:
+            if status == CPE_OK:
+                status = digit_tables(tables, tables + 2 * n_freq * radix, radix,
+                                      w, w + n_freq, n_freq)
+            if status == CPE_OK:
+                status = fill_positions_digits_f64(&out[0, 0], &positions[0], positions.shape[0],
+                                                   width, w, w + n_freq, n_freq,
+                                                   CPE_LAYOUT_INTERLEAVED,
+                                                   tables, tables + 2 * n_freq * radix, radix)
+        free(w)
+        free(tables)
+        return status
 
 
     # The example of docs/cython.md, verbatim.
@@ -250,14 +306,18 @@ def test_table_kernel_matches_the_python_api(
     out = np.full((n, D), np.nan)
     status = downstream.table_f64(out, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"])
     assert status == 0
-    np.testing.assert_array_equal(out, cpe.positional_encoding_table(n, D, start=start))
+    # The Python layer may use cached digit tables, the bare kernel makes its
+    # own: both are within 1e-15 of the exact value, not always the same bits.
+    np.testing.assert_allclose(
+        out, cpe.positional_encoding_table(n, D, start=start), rtol=0, atol=2e-15
+    )
     out32 = np.full((n, D), np.nan, dtype=np.float32)
     status = downstream.table_f32(
         out32, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"]
     )
     assert status == 0
-    np.testing.assert_array_equal(
-        out32, cpe.positional_encoding_table(n, D, start=start, dtype=np.float32)
+    np.testing.assert_allclose(
+        out32, cpe.positional_encoding_table(n, D, start=start, dtype=np.float32), rtol=0, atol=6e-8
     )
 
 
@@ -287,10 +347,12 @@ def test_positions_kernel_matches_the_python_api(downstream: ModuleType) -> None
     positions = np.array([0.0, 1.5, -7.25, 1e4, 123456.0, -0.001])
     out = np.full((positions.size, 11), np.nan)
     assert downstream.positions_f64(out, positions, 0) == 0
-    np.testing.assert_array_equal(out, cpe.positional_encoding(positions, 11))
+    np.testing.assert_allclose(out, cpe.positional_encoding(positions, 11), rtol=0, atol=2e-15)
     out32 = np.full((positions.size, 11), np.nan, dtype=np.float32)
     assert downstream.positions_f32(out32, positions, 0) == 0
-    np.testing.assert_array_equal(out32, cpe.positional_encoding(positions, 11, dtype=np.float32))
+    np.testing.assert_allclose(
+        out32, cpe.positional_encoding(positions, 11, dtype=np.float32), rtol=0, atol=6e-8
+    )
 
 
 @pytest.mark.parametrize("D", [8, 9])
@@ -298,7 +360,13 @@ def test_layouts_are_permutations_of_the_interleaved_columns(
     downstream: ModuleType, D: int
 ) -> None:
     n, n_freq = 30, (D + 1) // 2
-    interleaved = cpe.positional_encoding_table(n, D, start=-10)
+    # The same kernel in the interleaved layout: the other layouts must hold
+    # exactly the same values, only in other columns.
+    interleaved = np.full((n, D), np.nan)
+    assert (
+        downstream.table_f64(interleaved, -10.0, downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"])
+        == 0
+    )
     sines, cosines = interleaved[:, 0::2], interleaved[:, 1::2]
     sin_cos = np.full((n, D), np.nan)
     assert downstream.table_f64(sin_cos, -10.0, downstream.CONSTANTS["CPE_LAYOUT_SIN_COS"]) == 0
@@ -325,3 +393,29 @@ def test_kernels_reject_bad_arguments_and_write_nothing(downstream: ModuleType) 
     assert downstream.frequencies_status(4, 0.0, 4.0) == error
     assert downstream.frequencies_status(4, 10000.0, math.inf) == error
     assert downstream.frequencies_status(4, 10000.0, 4.0) == 0
+
+
+@pytest.mark.parametrize("radix", [2, 16, 37])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_digit_table_kernels(downstream: ModuleType, radix: int, dtype: type) -> None:
+    n, D, start = 1500, 12, 10**6 - 1500
+    out = np.full((n, D), np.nan, dtype=dtype)
+    assert downstream.table_digits(out, float(start), radix) == 0
+    expected = cpe.positional_encoding_table(n, D, start=start, dtype=dtype)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=2e-15 if dtype == np.float64 else 6e-8)
+    row = 777
+    angle = (start + row) * 10000.0 ** (-2 * 3 / D)
+    assert abs(out[row, 6] - math.sin(angle)) < 1e-9  # a direct check, independent of cpe
+
+
+def test_positions_digit_kernel(downstream: ModuleType) -> None:
+    positions = np.arange(4000, 0, -3, dtype=np.float64)
+    out = np.full((positions.size, 10), np.nan)
+    assert downstream.positions_digits_f64(out, positions, 16) == 0
+    np.testing.assert_allclose(out, cpe.positional_encoding(positions, 10), rtol=0, atol=2e-15)
+
+
+def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleType) -> None:
+    out = np.full((40, 8), 7.0)
+    assert downstream.table_digits(out, 0.0, 1) == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
+    np.testing.assert_array_equal(out, 7.0)

@@ -17,13 +17,17 @@ import cpe
 SCRIPT = pathlib.Path(sys.executable).parent / ("cpe.exe" if os.name == "nt" else "cpe")
 
 
-def run(*args: str, module: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, module: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "cpe", *args] if module else [str(SCRIPT), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_console_script_is_installed():
-    assert SCRIPT.exists() or shutil.which("cpe"), "the cpe console script is not installed next to python"
+    assert SCRIPT.exists() or shutil.which("cpe"), (
+        "the cpe console script is not installed next to python"
+    )
 
 
 @pytest.mark.parametrize("module", [False, True])
@@ -47,10 +51,16 @@ def test_encode_several_positions():
 
 
 def test_table_csv_and_options():
-    result = run("table", "5", "8", "--start", "3", "--base", "100", "--layout", "sin_cos", "--format", "csv")
+    result = run(
+        "table", "5", "8", "--start", "3", "--base", "100", "--layout", "sin_cos", "--format", "csv"
+    )
     assert result.returncode == 0, result.stderr
-    rows = np.array([[float(v) for v in line.split(",")] for line in result.stdout.strip().splitlines()])
-    np.testing.assert_array_equal(rows, cpe.positional_encoding_table(5, 8, start=3, base=100.0, layout="sin_cos"))
+    rows = np.array(
+        [[float(v) for v in line.split(",")] for line in result.stdout.strip().splitlines()]
+    )
+    np.testing.assert_array_equal(
+        rows, cpe.positional_encoding_table(5, 8, start=3, base=100.0, layout="sin_cos")
+    )
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv", ".txt"])
@@ -85,7 +95,9 @@ def test_table_to_files(tmp_path, suffix):
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, text, tmp_path):
-    result = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert result.returncode == 2
     assert text in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -95,7 +107,8 @@ def test_bad_arguments_exit_2_with_one_line(args, text, tmp_path):
 def test_help_and_version():
     for command in ([], ["encode"], ["table"], ["plot"], ["bench"]):
         result = run(*command, "--help")
-        assert result.returncode == 0 and "usage: cpe" in result.stdout
+        assert result.returncode == 0
+        assert "usage: cpe" in result.stdout
     result = run("--version")
     assert result.stdout.strip() == f"cpe {cpe.__version__}"
 
@@ -133,18 +146,23 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path):
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
 def test_readme_command_lines_run(tmp_path):
     pytest.importorskip("matplotlib")
     section = README.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
-    assert commands and all(command[0] == "cpe" for command in commands)
+    assert commands
+    assert all(command[0] == "cpe" for command in commands)
     ran = 0
     for command in commands:
         if command[1] == "bench":
             continue  # minutes long; .ci/stages/40-benchmark-smoke.sh runs it
-        result = subprocess.run([str(SCRIPT), *command[1:]], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        result = subprocess.run(
+            [str(SCRIPT), *command[1:]], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        )
         assert result.returncode == 0, (command, result.stderr)
         ran += 1
     assert ran >= 5

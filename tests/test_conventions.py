@@ -41,7 +41,9 @@ def test_fairseq(D):
 
 
 @pytest.mark.parametrize("D", [4, 5, 64, 127])
-@pytest.mark.parametrize(("min_ts", "max_ts", "start"), [(1.0, 1e4, 0), (2.0, 5e3, 7), (0.5, 1e5, -3)])
+@pytest.mark.parametrize(
+    ("min_ts", "max_ts", "start"), [(1.0, 1e4, 0), (2.0, 5e3, 7), (0.5, 1e5, -3)]
+)
 def test_tensor2tensor(D, min_ts, max_ts, start):
     got = cpe.positional_encoding_table(
         30, D, start=start, base=max_ts / min_ts, scale=min_ts, convention="tensor2tensor"
@@ -51,7 +53,9 @@ def test_tensor2tensor(D, min_ts, max_ts, start):
 
 @pytest.mark.parametrize("D", [4, 64, 384])
 def test_whisper(D):
-    close(cpe.positional_encoding_table(60, D, convention="whisper"), ref.whisper_sinusoids(60, D), 60)
+    close(
+        cpe.positional_encoding_table(60, D, convention="whisper"), ref.whisper_sinusoids(60, D), 60
+    )
 
 
 TIMESTEPS = np.array([0.0, 1.0, 17.5, 250.25, 998.39, 999.0])
@@ -63,19 +67,32 @@ TIMESTEPS = np.array([0.0, 1.0, 17.5, 250.25, 998.39, 999.0])
 @pytest.mark.parametrize(("scale", "max_period"), [(1.0, 10000.0), (1000.0, 10000.0), (1.0, 500.0)])
 def test_diffusers_get_timestep_embedding(D, flip, shift, scale, max_period):
     got = cpe.positional_encoding(
-        TIMESTEPS, D, layout="cos_sin" if flip else "sin_cos", freq_shift=shift, scale=scale, base=max_period
+        TIMESTEPS,
+        D,
+        layout="cos_sin" if flip else "sin_cos",
+        freq_shift=shift,
+        scale=scale,
+        base=max_period,
     )
     expected = ref.diffusers_timestep_embedding(TIMESTEPS, D, flip, shift, scale, max_period)
     close(got, expected, 1000 * scale)
 
 
 def test_diffusers_preset_is_its_default():
-    close(cpe.positional_encoding(TIMESTEPS, 64, convention="diffusers"), ref.diffusers_timestep_embedding(TIMESTEPS, 64), 1000)
+    close(
+        cpe.positional_encoding(TIMESTEPS, 64, convention="diffusers"),
+        ref.diffusers_timestep_embedding(TIMESTEPS, 64),
+        1000,
+    )
 
 
 @pytest.mark.parametrize("D", [2, 3, 64, 320, 321])
 def test_adm_and_stable_diffusion(D):
-    close(cpe.positional_encoding(TIMESTEPS, D, convention="adm"), ref.adm_timestep_embedding(TIMESTEPS, D), 1000)
+    close(
+        cpe.positional_encoding(TIMESTEPS, D, convention="adm"),
+        ref.adm_timestep_embedding(TIMESTEPS, D),
+        1000,
+    )
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "sin_cos", "cos_sin"])
@@ -95,7 +112,9 @@ def test_every_layout_and_frequency_choice(layout, freq_shift, D, scale):
     table = cpe.positional_encoding_table(320, D, start=-20, **kwargs)
     close(table[::7], expected, 300 * abs(scale))
     single = cpe.positional_encoding(positions, D, dtype=np.float32, **kwargs)
-    np.testing.assert_array_equal(single, cpe.positional_encoding(positions, D, **kwargs).astype(np.float32))
+    np.testing.assert_array_equal(
+        single, cpe.positional_encoding(positions, D, **kwargs).astype(np.float32)
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,10 +170,30 @@ ORIGINALS = {
 }
 
 BINDINGS = [
-    {"n": 50, "D": 64, "t": TIMESTEPS, "flip_sin_to_cos": False, "downscale_freq_shift": 1, "scale": 1.0,
-     "max_period": 10000.0, "min_timescale": 1.0, "max_timescale": 1.0e4, "start_index": 0},
-    {"n": 9, "D": 12, "t": TIMESTEPS, "flip_sin_to_cos": True, "downscale_freq_shift": 0, "scale": 3.0,
-     "max_period": 5000.0, "min_timescale": 2.0, "max_timescale": 1.0e3, "start_index": 5},
+    {
+        "n": 50,
+        "D": 64,
+        "t": TIMESTEPS,
+        "flip_sin_to_cos": False,
+        "downscale_freq_shift": 1,
+        "scale": 1.0,
+        "max_period": 10000.0,
+        "min_timescale": 1.0,
+        "max_timescale": 1.0e4,
+        "start_index": 0,
+    },
+    {
+        "n": 9,
+        "D": 12,
+        "t": TIMESTEPS,
+        "flip_sin_to_cos": True,
+        "downscale_freq_shift": 0,
+        "scale": 3.0,
+        "max_period": 5000.0,
+        "min_timescale": 2.0,
+        "max_timescale": 1.0e3,
+        "start_index": 5,
+    },
 ]
 
 
@@ -168,13 +207,15 @@ def readme_rows() -> list[tuple[str, str]]:
     return rows
 
 
-@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
 def test_readme_conventions_table_rows_reproduce_the_originals():
     rows = readme_rows()
     assert {original.split("(")[0].split(".")[0] for original, _ in rows} == set(ORIGINALS)
     for original, call in rows:
         for binding in BINDINGS:
             namespace = {"cpe": cpe, "np": np, **ORIGINALS, **binding}
-            expected = eval(original, namespace)  # noqa: S307 - our own README
-            got = eval(call, namespace)  # noqa: S307
+            expected = eval(original, namespace)
+            got = eval(call, namespace)
             close(got, expected, 1000 * binding["scale"])

@@ -25,20 +25,28 @@ def run_examples(text: str, name: str) -> doctest.TestResults:
 @pytest.mark.parametrize("function", PUBLIC, ids=lambda f: f.__name__)
 def test_docstring_examples(function):
     doc = function.__doc__
-    assert doc and "Examples" in doc and ">>>" in doc, f"{function.__name__} has no examples"
+    assert doc, f"{function.__name__} has no docstring"
+    assert "Examples" in doc, f"{function.__name__} has no Examples section"
+    assert ">>>" in doc, f"{function.__name__} has no examples"
     result = run_examples(doc, function.__name__)
-    assert result.failed == 0 and result.attempted > 0
+    assert result.failed == 0
+    assert result.attempted > 0
 
 
-@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
 def test_readme_examples():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     assert blocks
     result = run_examples("\n".join(blocks), "README.md")
-    assert result.failed == 0 and result.attempted > 0
+    assert result.failed == 0
+    assert result.attempted > 0
 
 
-@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
 def test_readme_first_lines_are_the_install_and_test_commands():
     lines = README.read_text().splitlines()
     commands = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]

@@ -26,8 +26,17 @@ def test_mae(size, D, cls_token):
 @pytest.mark.parametrize("extra", [0, 1, 4])
 @pytest.mark.parametrize(("interp", "base_size"), [(1.0, 16), (2.0, 16), (0.5, 32)])
 def test_diffusers_2d_non_square(h, w, extra, interp, base_size):
-    got = cpe.sincos_2d(h, w, 64, extra_tokens=extra, base_size=base_size, interpolation_scale=interp)
-    expected = ref.diffusers_2d(64, (h, w), cls_token=extra > 0, extra_tokens=extra, interpolation_scale=interp, base_size=base_size)
+    got = cpe.sincos_2d(
+        h, w, 64, extra_tokens=extra, base_size=base_size, interpolation_scale=interp
+    )
+    expected = ref.diffusers_2d(
+        64,
+        (h, w),
+        cls_token=extra > 0,
+        extra_tokens=extra,
+        interpolation_scale=interp,
+        base_size=base_size,
+    )
     close(got, expected, 2 * base_size / interp)
 
 
@@ -45,7 +54,9 @@ def test_timm_layouts(h, w, interleave, temperature):
 @pytest.mark.parametrize(("ts", "ss"), [(1.0, 1.0), (2.0, 0.5)])
 def test_diffusers_3d(t, h, w, D, ts, ss):
     got = cpe.sincos_3d(t, h, w, D, temporal_interpolation_scale=ts, spatial_interpolation_scale=ss)
-    expected = ref.diffusers_3d(D, (w, h), t, spatial_interpolation_scale=ss, temporal_interpolation_scale=ts)
+    expected = ref.diffusers_3d(
+        D, (w, h), t, spatial_interpolation_scale=ss, temporal_interpolation_scale=ts
+    )
     assert got.shape == expected.shape == (t, h * w, D)
     close(got, expected, 2 * max(t, h, w))
 
@@ -63,7 +74,9 @@ def test_grid_values_against_mpmath(report_error):
             coordinate = col if block < 2 else row
             angle = mpmath.mpf(coordinate) * mpmath.power(10000, -mpmath.mpf(j) / q)
             exact = mpmath.sin(angle) if block % 2 == 0 else mpmath.cos(angle)
-            report_error("float32 grid (2-D)", float(abs(mpmath.mpf(float(pe[token, k])) - exact)), 3.0e-8)
+            report_error(
+                "float32 grid (2-D)", float(abs(mpmath.mpf(float(pe[token, k])) - exact)), 3.0e-8
+            )
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
@@ -87,17 +100,29 @@ def test_empty_grids():
     ("call", "exc", "text"),
     [
         (lambda o: cpe.sincos_2d(2, 2, 6, out=o), ValueError, "D must be a multiple of 4"),
-        (lambda o: cpe.sincos_2d(2, 2, 8, layout="vit", out=o), ValueError, "layout must be one of"),
+        (
+            lambda o: cpe.sincos_2d(2, 2, 8, layout="vit", out=o),
+            ValueError,
+            "layout must be one of",
+        ),
         (lambda o: cpe.sincos_2d(-1, 2, 8, out=o), ValueError, "grid_h must be >= 0"),
         (lambda o: cpe.sincos_2d(2, 2.0, 8, out=o), TypeError, "grid_w must be an integer"),
         (lambda o: cpe.sincos_2d(2, 2, 8, extra_tokens=-1, out=o), ValueError, "extra_tokens"),
         (lambda o: cpe.sincos_2d(2, 2, 8, base_size=0, out=o), ValueError, "base_size must be > 0"),
-        (lambda o: cpe.sincos_2d(2, 2, 8, interpolation_scale=np.nan, out=o), ValueError, "interpolation_scale"),
+        (
+            lambda o: cpe.sincos_2d(2, 2, 8, interpolation_scale=np.nan, out=o),
+            ValueError,
+            "interpolation_scale",
+        ),
         (lambda o: cpe.sincos_2d(2, 2, 8, base=-1, out=o), ValueError, "base must be > 0"),
         (lambda o: cpe.sincos_2d(2, 2, 8, dtype=int, out=o), TypeError, "dtype"),
         (lambda o: cpe.sincos_2d(2, 3, 8, out=o), ValueError, "out must have shape"),
         (lambda o: cpe.sincos_3d(1, 2, 2, 8, out=o), ValueError, "D must be a multiple of 16"),
-        (lambda o: cpe.sincos_3d(1, 2, 2, 16, spatial_interpolation_scale=0, out=o), ValueError, "spatial_interpolation_scale"),
+        (
+            lambda o: cpe.sincos_3d(1, 2, 2, 16, spatial_interpolation_scale=0, out=o),
+            ValueError,
+            "spatial_interpolation_scale",
+        ),
         (lambda o: cpe.sincos_3d(True, 2, 2, 16, out=o), TypeError, "t must be an integer"),
     ],
 )

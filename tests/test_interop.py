@@ -35,10 +35,20 @@ def test_diffusers_get_timestep_embedding(torch, D, flip, shift, scale, max_peri
     embeddings = require("diffusers.models.embeddings")
     t = np.array([0.0, 1.0, 17.0, 250.5, 998.39, 999.0])
     theirs = embeddings.get_timestep_embedding(
-        torch.tensor(t), D, flip_sin_to_cos=flip, downscale_freq_shift=shift, scale=scale, max_period=max_period
+        torch.tensor(t),
+        D,
+        flip_sin_to_cos=flip,
+        downscale_freq_shift=shift,
+        scale=scale,
+        max_period=max_period,
     ).numpy()
     got = cpe.positional_encoding(
-        t, D, layout="cos_sin" if flip else "sin_cos", freq_shift=shift, scale=scale, base=max_period
+        t,
+        D,
+        layout="cos_sin" if flip else "sin_cos",
+        freq_shift=shift,
+        scale=scale,
+        base=max_period,
     )
     close_to_float32_code(got, theirs, 1000 * scale)
 
@@ -69,13 +79,22 @@ def test_transformers_distilbert(torch, D):
 
 
 @pytest.mark.parametrize(("h", "w"), [(4, 4), (3, 5), (16, 24)])
-@pytest.mark.parametrize(("extra", "interp", "base_size"), [(0, 1.0, 16), (1, 2.0, 16), (4, 1.0, 8)])
+@pytest.mark.parametrize(
+    ("extra", "interp", "base_size"), [(0, 1.0, 16), (1, 2.0, 16), (4, 1.0, 8)]
+)
 def test_diffusers_get_2d_sincos_pos_embed(torch, h, w, extra, interp, base_size):
     embeddings = require("diffusers.models.embeddings")
     theirs = embeddings.get_2d_sincos_pos_embed(
-        64, (h, w), cls_token=extra > 0, extra_tokens=extra, interpolation_scale=interp, base_size=base_size
+        64,
+        (h, w),
+        cls_token=extra > 0,
+        extra_tokens=extra,
+        interpolation_scale=interp,
+        base_size=base_size,
     ).numpy()
-    got = cpe.sincos_2d(h, w, 64, extra_tokens=extra, base_size=base_size, interpolation_scale=interp)
+    got = cpe.sincos_2d(
+        h, w, 64, extra_tokens=extra, base_size=base_size, interpolation_scale=interp
+    )
     close_to_float32_code(got, theirs, 2 * base_size / interp)
 
 
@@ -83,7 +102,9 @@ def test_diffusers_get_2d_sincos_pos_embed(torch, h, w, extra, interp, base_size
 def test_diffusers_get_3d_sincos_pos_embed(torch, t, h, w):
     embeddings = require("diffusers.models.embeddings")
     theirs = embeddings.get_3d_sincos_pos_embed(64, (w, h), t, 1.5, 2.0).numpy()
-    got = cpe.sincos_3d(t, h, w, 64, spatial_interpolation_scale=1.5, temporal_interpolation_scale=2.0)
+    got = cpe.sincos_3d(
+        t, h, w, 64, spatial_interpolation_scale=1.5, temporal_interpolation_scale=2.0
+    )
     close_to_float32_code(got, theirs, max(t, h, w))
 
 
@@ -114,11 +135,18 @@ def timm_sincos_module(torch):
 def test_timm_build_sincos2d_pos_embed(torch, h, w, interleave, reverse):
     timm = timm_sincos_module(torch)
     theirs = timm.build_sincos2d_pos_embed(
-        [h, w], dim=32, temperature=1000.0, reverse_coord=reverse, interleave_sin_cos=interleave, dtype=torch.float64
+        [h, w],
+        dim=32,
+        temperature=1000.0,
+        reverse_coord=reverse,
+        interleave_sin_cos=interleave,
+        dtype=torch.float64,
     ).numpy()
     # reverse_coord swaps the roles of the two axes, token order included.
     rows, columns = (w, h) if reverse else (h, w)
-    got = cpe.sincos_2d(rows, columns, 32, base=1000.0, layout="timm_interleaved" if interleave else "timm")
+    got = cpe.sincos_2d(
+        rows, columns, 32, base=1000.0, layout="timm_interleaved" if interleave else "timm"
+    )
     close_to_float32_code(got, theirs, max(h, w))
 
 
@@ -130,7 +158,12 @@ def test_transformers_llama_rotary_embedding(torch, head_dim, theta):
     llama = require("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig
 
-    config = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, rope_theta=theta, max_position_embeddings=8192)
+    config = LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        rope_theta=theta,
+        max_position_embeddings=8192,
+    )
     rotary = llama.LlamaRotaryEmbedding(config)
     position_ids = torch.tensor([[0, 1, 2, 100, 4095, 8191]])
     theirs_cos, theirs_sin = rotary(torch.zeros(1, 6, head_dim), position_ids)
@@ -156,9 +189,12 @@ def test_readme_torch_examples(torch):
     readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
     if not readme.exists():
         pytest.skip("README.md is not beside the tests (installed elsewhere)")
-    blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.S)
+    blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.DOTALL)
     assert blocks
-    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {"cpe": cpe, "np": np}, "README", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(
+        "\n".join(blocks), {"cpe": cpe, "np": np}, "README", "README.md", 0
+    )
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
-    assert runner.failures == 0 and runner.tries > 0
+    assert runner.failures == 0
+    assert runner.tries > 0

@@ -36,10 +36,19 @@ for expression in sys.argv[1:]:
 
 
 def digests(disable_stream: bool) -> list[str]:
-    env = {**os.environ, "CPE_DISABLE_STREAM": "1"} if disable_stream else {
-        k: v for k, v in os.environ.items() if k != "CPE_DISABLE_STREAM"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT, *BIG_REQUESTS.values()],
-                            capture_output=True, text=True, env=env, timeout=300, check=True)
+    env = (
+        {**os.environ, "CPE_DISABLE_STREAM": "1"}
+        if disable_stream
+        else {k: v for k, v in os.environ.items() if k != "CPE_DISABLE_STREAM"}
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *BIG_REQUESTS.values()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
     return result.stdout.split()
 
 
@@ -49,21 +58,30 @@ def test_streaming_and_plain_stores_give_the_same_bits():
 
 def test_in_process_results_match_the_subprocess():
     # Guards against the subprocesses both taking a path this process does not.
-    here = [hashlib.sha256(np.ascontiguousarray(eval(e)).tobytes()).hexdigest() for e in BIG_REQUESTS.values()]
+    here = [
+        hashlib.sha256(np.ascontiguousarray(eval(e, {"cpe": cpe, "np": np})).tobytes()).hexdigest()
+        for e in BIG_REQUESTS.values()
+    ]
     assert here == digests(disable_stream=False)
 
 
 @pytest.mark.parametrize("name", list(BIG_REQUESTS))
 def test_big_outputs_meet_the_bounds(name, report_error):
-    array = eval(BIG_REQUESTS[name])
+    array = eval(BIG_REQUESTS[name], {"cpe": cpe, "np": np})
     rng = np.random.default_rng(len(name))
     D = array.shape[-1]
     if name.startswith("ids"):
         positions = np.arange(10**6 - 2100, 10**6)[::-1]
     else:
-        positions = np.arange(array.shape[0]) + (10**6 - array.shape[0] if "start" in BIG_REQUESTS[name] else 0)
+        positions = np.arange(array.shape[0]) + (
+            10**6 - array.shape[0] if "start" in BIG_REQUESTS[name] else 0
+        )
     base = 777.0 if "777" in BIG_REQUESTS[name] else 10000.0
     bound = 3.0e-8 if array.dtype == np.float32 else 1e-15
     for i in rng.integers(0, array.shape[0], 30).tolist():
         for k in rng.integers(0, D, 6).tolist():
-            report_error(f"{array.dtype.name}, outputs >= 16 MiB (streamed)", error(array[i, k], int(positions[i]), D, k, base), bound)
+            report_error(
+                f"{array.dtype.name}, outputs >= 16 MiB (streamed)",
+                error(array[i, k], int(positions[i]), D, k, base),
+                bound,
+            )

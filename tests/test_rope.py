@@ -53,14 +53,24 @@ def test_float32_correctly_rounded_at_long_context(layout, report_error):
         for k in range(0, head_dim, 5):
             j = k % (head_dim // 2) if layout == "half" else k // 2
             angle = mpmath.mpf(p) * mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * j) / head_dim)
-            report_error("float32 RoPE, |p| <= 1e6", float(abs(mpmath.mpf(float(cos[i, k])) - mpmath.cos(angle))), 3.0e-8)
-            report_error("float32 RoPE, |p| <= 1e6", float(abs(mpmath.mpf(float(sin[i, k])) - mpmath.sin(angle))), 3.0e-8)
+            report_error(
+                "float32 RoPE, |p| <= 1e6",
+                float(abs(mpmath.mpf(float(cos[i, k])) - mpmath.cos(angle))),
+                3.0e-8,
+            )
+            report_error(
+                "float32 RoPE, |p| <= 1e6",
+                float(abs(mpmath.mpf(float(sin[i, k])) - mpmath.sin(angle))),
+                3.0e-8,
+            )
 
 
 def test_float32_arithmetic_rope_is_measurably_worse():
     """What the bound protects against: a float32 rotary cache at 1e6."""
     positions = np.float32(10**6)
-    inv_freq = (1.0 / (np.float32(10000) ** (np.arange(0, 64, 2, dtype=np.float32) / np.float32(64)))).astype(np.float32)
+    inv_freq = (
+        1.0 / (np.float32(10000) ** (np.arange(0, 64, 2, dtype=np.float32) / np.float32(64)))
+    ).astype(np.float32)
     naive = np.cos(positions * inv_freq)
     exact, _ = ref.llama_rope(10**6, 64)
     assert np.abs(naive - exact[:32]).max() > 1e-3

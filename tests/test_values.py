@@ -10,6 +10,7 @@ import pytest
 import cpe
 from cpe import _reference
 
+
 # The oracle rounds w_j before multiplying: |error| <= ~1e-16 * |p| * 8.
 def tolerance(max_position: float) -> float:
     return 1e-15 * max(1.0, max_position) * 8
@@ -51,10 +52,15 @@ def test_matches_oracle_for_arrays(D, base):
     positions = rng.integers(-5000, 5000, size=(3, 5))
     got = cpe.positional_encoding(positions, D, base=base)
     assert got.shape == (3, 5, D)
-    np.testing.assert_allclose(got, _reference.positional_encoding(positions, D, base=base), rtol=0, atol=tolerance(5000))
+    np.testing.assert_allclose(
+        got, _reference.positional_encoding(positions, D, base=base), rtol=0, atol=tolerance(5000)
+    )
 
 
-@pytest.mark.parametrize(("n", "D", "start"), [(0, 4, 0), (1, 1, 0), (16, 8, 3), (17, 9, -20), (1000, 64, 0), (4099, 130, 77)])
+@pytest.mark.parametrize(
+    ("n", "D", "start"),
+    [(0, 4, 0), (1, 1, 0), (16, 8, 3), (17, 9, -20), (1000, 64, 0), (4099, 130, 77)],
+)
 def test_table_matches_oracle(n, D, start):
     got = cpe.positional_encoding_table(n, D, start=start)
     assert got.shape == (n, D)
@@ -70,7 +76,9 @@ def test_table_rows_equal_single_positions(n, D, start):
     np.testing.assert_allclose(table, singles, rtol=0, atol=2e-15)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, "float32", np.dtype("f4"), np.float16, "float16", np.float64, float, "f8"])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, "float32", np.dtype("f4"), np.float16, "float16", np.float64, float, "f8"]
+)
 def test_dtypes_are_rounded_once_from_float64(dtype):
     dt = np.dtype(dtype)
     positions = np.arange(-40, 2000, 37)
@@ -79,23 +87,41 @@ def test_dtypes_are_rounded_once_from_float64(dtype):
     np.testing.assert_array_equal(got, cpe.positional_encoding(positions, 50).astype(dt))
     table = cpe.positional_encoding_table(500, 50, start=-40, dtype=dtype)
     assert table.dtype == dt
-    np.testing.assert_array_equal(table, cpe.positional_encoding_table(500, 50, start=-40).astype(dt))
+    np.testing.assert_array_equal(
+        table, cpe.positional_encoding_table(500, 50, start=-40).astype(dt)
+    )
 
 
 @pytest.mark.parametrize(
     "position",
-    [5, np.int8(5), np.int64(5), np.uint16(5), 5.0, np.float32(5.0), np.float16(5.0), np.array(5), [5], [[5]], (5,), np.array([5], dtype=">i4"), np.array([5.0], dtype=">f8")],
+    [
+        5,
+        np.int8(5),
+        np.int64(5),
+        np.uint16(5),
+        5.0,
+        np.float32(5.0),
+        np.float16(5.0),
+        np.array(5),
+        [5],
+        [[5]],
+        (5,),
+        np.array([5], dtype=">i4"),
+        np.array([5.0], dtype=">f8"),
+    ],
 )
 def test_position_kinds_agree(position):
     got = cpe.positional_encoding(position, 8)
-    assert got.shape == np.shape(position) + (8,)
+    assert got.shape == (*np.shape(position), 8)
     np.testing.assert_array_equal(got.reshape(-1, 8)[0], cpe.positional_encoding(5, 8))
 
 
 def test_non_contiguous_positions():
     base = np.arange(40.0).reshape(8, 5)
     view = base[::2, ::-2]
-    np.testing.assert_array_equal(cpe.positional_encoding(view, 12), cpe.positional_encoding(view.copy(), 12))
+    np.testing.assert_array_equal(
+        cpe.positional_encoding(view, 12), cpe.positional_encoding(view.copy(), 12)
+    )
 
 
 def test_empty_positions():
@@ -124,7 +150,9 @@ def test_out_is_filled_and_returned(dtype):
     np.testing.assert_array_equal(out, cpe.positional_encoding([1, 2, 3], 10, dtype=dtype))
     table_out = np.full((4, 10), np.nan, dtype=dtype)
     assert cpe.positional_encoding_table(4, 10, start=1, dtype=dtype, out=table_out) is table_out
-    np.testing.assert_array_equal(table_out, cpe.positional_encoding_table(4, 10, start=1, dtype=dtype))
+    np.testing.assert_array_equal(
+        table_out, cpe.positional_encoding_table(4, 10, start=1, dtype=dtype)
+    )
 
 
 def test_out_for_a_scalar_position():
@@ -158,7 +186,9 @@ def test_many_widths_and_bases_stay_correct_past_the_cache_budget():
     # must be recomputed, not served stale.
     for D in range(4000, 4100, 3):
         row = cpe.positional_encoding(7, D, base=9000.0 + D)
-        np.testing.assert_allclose(row, _reference.positional_encoding(7, D, base=9000.0 + D), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            row, _reference.positional_encoding(7, D, base=9000.0 + D), rtol=0, atol=1e-13
+        )
 
 
 @pytest.mark.parametrize("p", [2.0**25, 2.0**33 + 0.5, 1e12, -3e17, 1e300, 1.7e308])
@@ -175,7 +205,8 @@ def test_shifted_interleaved_is_not_confused_with_the_paper_encoding():
     # frequencies and a zero column instead of three frequencies.
     paper = cpe.positional_encoding(3, 5)
     shifted = cpe.positional_encoding(3, 5, freq_shift=-0.5)
-    assert shifted[-1] == 0.0 and paper[-1] != 0.0
+    assert shifted[-1] == 0.0
+    assert paper[-1] != 0.0
     np.testing.assert_array_equal(cpe.positional_encoding(3, 5), paper)
 
 
@@ -185,4 +216,5 @@ def test_frequency_cache_stays_within_its_budget():
     for D in range(1, 3000, 7):
         cpe.positional_encoding(1, D, base=1000.0 + D)
     entries, used, budget = _cache_info()
-    assert 0 < used <= budget and entries > 0
+    assert 0 < used <= budget
+    assert entries > 0

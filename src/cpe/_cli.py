@@ -31,17 +31,29 @@ def _positions(text: str) -> npt.NDArray[np.float64] | int | float:
     try:
         values = [float(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a position or comma-separated positions: {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"not a position or comma-separated positions: {text!r}"
+        ) from None
     if "," in text:
         return np.array(values)
-    return int(values[0]) if values[0].is_integer() and "." not in text and "e" not in text.lower() else values[0]
+    return (
+        int(values[0])
+        if values[0].is_integer() and "." not in text and "e" not in text.lower()
+        else values[0]
+    )
 
 
 def _encoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("encoding")
-    group.add_argument("--base", type=float, default=10000.0, help="base of the frequencies (default 10000)")
-    group.add_argument("--dtype", default="float64", choices=["float64", "float32", "float16"], help="output dtype")
-    group.add_argument("--layout", choices=["interleaved", "sin_cos", "cos_sin"], help="column layout")
+    group.add_argument(
+        "--base", type=float, default=10000.0, help="base of the frequencies (default 10000)"
+    )
+    group.add_argument(
+        "--dtype", default="float64", choices=["float64", "float32", "float16"], help="output dtype"
+    )
+    group.add_argument(
+        "--layout", choices=["interleaved", "sin_cos", "cos_sin"], help="column layout"
+    )
     group.add_argument("--freq-shift", type=float, help="half-width frequencies with this shift")
     group.add_argument("--scale", type=float, default=1.0, help="multiplies every angle")
     group.add_argument("--convention", choices=sorted(CONVENTIONS), help="a named preset")
@@ -49,44 +61,75 @@ def _encoding_options(parser: argparse.ArgumentParser) -> None:
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("--format", choices=["text", "csv"], default="text", help="how to print (default text)")
-    group.add_argument("--output", "-o", type=pathlib.Path, help="write to a .npy, .npz, .csv or .txt file instead")
+    group.add_argument(
+        "--format", choices=["text", "csv"], default="text", help="how to print (default text)"
+    )
+    group.add_argument(
+        "--output", "-o", type=pathlib.Path, help="write to a .npy, .npz, .csv or .txt file instead"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cpe", description="Fast, exact sinusoidal positional encodings.")
     parser.add_argument("--version", action="version", version=f"cpe {cpe.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
 
-    encode = commands.add_parser("encode", help="encoding of one position (or comma-separated positions)",
-                                 description="Print positional_encoding(POSITION, D).")
-    encode.add_argument("position", type=_positions, help="a position such as 3 or 998.39, or 0,1,2")
+    encode = commands.add_parser(
+        "encode",
+        help="encoding of one position (or comma-separated positions)",
+        description="Print positional_encoding(POSITION, D).",
+    )
+    encode.add_argument(
+        "position", type=_positions, help="a position such as 3 or 998.39, or 0,1,2"
+    )
     encode.add_argument("D", type=int, help="width of the encoding")
     _encoding_options(encode)
     _output_options(encode)
 
-    table = commands.add_parser("table", help="table of N consecutive positions",
-                                description="Print positional_encoding_table(N, D).")
+    table = commands.add_parser(
+        "table",
+        help="table of N consecutive positions",
+        description="Print positional_encoding_table(N, D).",
+    )
     table.add_argument("n", metavar="N", type=int, help="number of positions")
     table.add_argument("D", type=int, help="width of the encoding")
     table.add_argument("--start", type=int, default=0, help="first position (default 0)")
     _encoding_options(table)
     _output_options(table)
 
-    plot = commands.add_parser("plot", help="heatmap of a table (needs matplotlib)",
-                               description="Plot positional_encoding_table(N, D) as a heatmap "
-                               "(positions x dimensions), optionally with a few dimensions as curves.")
+    plot = commands.add_parser(
+        "plot",
+        help="heatmap of a table (needs matplotlib)",
+        description="Plot positional_encoding_table(N, D) as a heatmap "
+        "(positions x dimensions), optionally with a few dimensions as curves.",
+    )
     plot.add_argument("n", metavar="N", type=int, help="number of positions")
     plot.add_argument("D", type=int, help="width of the encoding")
-    plot.add_argument("--output", "-o", type=pathlib.Path, required=True, help="image file to write (.png, .svg, .pdf)")
-    plot.add_argument("--curves", type=lambda text: [int(k) for k in text.split(",")],
-                      help="comma-separated dimensions to draw as curves over position, e.g. 0,1,6,7")
-    plot.add_argument("--size", default="1000x600", help="image size in pixels, WIDTHxHEIGHT (default 1000x600)")
+    plot.add_argument(
+        "--output",
+        "-o",
+        type=pathlib.Path,
+        required=True,
+        help="image file to write (.png, .svg, .pdf)",
+    )
+    plot.add_argument(
+        "--curves",
+        type=lambda text: [int(k) for k in text.split(",")],
+        help="comma-separated dimensions to draw as curves over position, e.g. 0,1,6,7",
+    )
+    plot.add_argument(
+        "--size", default="1000x600", help="image size in pixels, WIDTHxHEIGHT (default 1000x600)"
+    )
     plot.add_argument("--start", type=int, default=0, help="first position (default 0)")
     _encoding_options(plot)
 
-    bench = commands.add_parser("bench", help="side-by-side benchmark against NumPy (and PyTorch)",
-                                description="Run the side-by-side benchmark and print its table.")
+    bench = commands.add_parser(
+        "bench",
+        help="side-by-side benchmark against NumPy (and PyTorch)",
+        description="Run the side-by-side benchmark and print its table.",
+    )
     bench.add_argument("--quick", action="store_true", help="a short run (under a minute)")
     bench.add_argument("--json", type=pathlib.Path, help="also write the results as JSON")
     return parser
@@ -137,19 +180,26 @@ def _plot(args: argparse.Namespace) -> int:
         if not 0 <= k < args.D:
             raise ValueError(f"--curves: dimension {k} is outside 0..{args.D - 1}")
     try:
-        import matplotlib
+        import matplotlib as mpl
 
-        matplotlib.use("Agg")
+        mpl.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print(PLOT_HINT, file=sys.stderr)
         return 1
     dpi = 100
     panels = 2 if args.curves else 1
-    figure, axes = plt.subplots(panels, 1, figsize=(width / dpi, height / dpi), dpi=dpi, squeeze=False)
+    figure, axes = plt.subplots(
+        panels, 1, figsize=(width / dpi, height / dpi), dpi=dpi, squeeze=False
+    )
     positions = np.arange(args.start, args.start + args.n)
     image = axes[0, 0].imshow(
-        table.astype(np.float64), aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest",
+        table.astype(np.float64),
+        aspect="auto",
+        cmap="RdBu",
+        vmin=-1,
+        vmax=1,
+        interpolation="nearest",
         extent=(-0.5, args.D - 0.5, positions[-1] + 0.5 if args.n else 0.5, args.start - 0.5),
     )
     axes[0, 0].set_xlabel("dimension")
@@ -173,16 +223,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "encode":
-            _emit(cpe.positional_encoding(args.position, args.D, **_keywords(args)), args.format, args.output)
+            _emit(
+                cpe.positional_encoding(args.position, args.D, **_keywords(args)),
+                args.format,
+                args.output,
+            )
         elif args.command == "table":
-            table = cpe.positional_encoding_table(args.n, args.D, start=args.start, **_keywords(args))
+            table = cpe.positional_encoding_table(
+                args.n, args.D, start=args.start, **_keywords(args)
+            )
             _emit(table, args.format, args.output)
         elif args.command == "plot":
             return _plot(args)
         else:
             from cpe import benchmark
 
-            return benchmark.main(["--quick"] * args.quick + (["--json", str(args.json)] if args.json else []))
+            return benchmark.main(
+                ["--quick"] * args.quick + (["--json", str(args.json)] if args.json else [])
+            )
     except (TypeError, ValueError, OverflowError, MemoryError, OSError) as exc:
         parser.exit(2, f"cpe {args.command}: error: {exc}\n")
     return 0

@@ -57,11 +57,13 @@ CONVENTIONS = {
 
 
 def resolve(
-    D: int, convention: str | None, layout: str | None, freq_shift: float | None
+    D: int, convention: object, layout: object, freq_shift: float | None
 ) -> tuple[int, int, float]:
     """``(layout code, number of frequencies, exponent denominator)`` for the kernels.
 
-    ``freq_shift`` has already been checked to be a finite float (or None).
+    ``convention`` and ``layout`` come from the caller as they are (they are
+    checked here); ``freq_shift`` has already been checked to be a finite float
+    or None.
     """
     if convention is not None:
         if not isinstance(convention, str) or convention not in CONVENTIONS:

@@ -398,9 +398,8 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     return result
 
 
-positional_encoding.__doc__ = """positional_encoding(position, D, *, base=10000.0, dtype=numpy.float64, out=None, layout=None, freq_shift=None, scale=1.0, convention=None)
-
-    Sinusoidal positional encoding of one position or an array of positions.
+positional_encoding.__doc__ = """\
+Sinusoidal positional encoding of one position or an array of positions.
 
     By default ``out[..., 2j] = sin(p * w_j)`` and ``out[..., 2j + 1] = cos(p * w_j)``
     with ``w_j = base ** (-2j / D)``; for odd ``D`` the last column is a sine.
@@ -483,9 +482,8 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     return result
 
 
-positional_encoding_table.__doc__ = """positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=numpy.float64, out=None, layout=None, freq_shift=None, scale=1.0, convention=None)
-
-    Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
+positional_encoding_table.__doc__ = """\
+Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
     Row ``i`` equals ``positional_encoding(start + i, D, ...)`` with the same
     keywords, to within 1e-15. The table is built from ``O(n ** (1/3))`` rows of

@@ -54,9 +54,7 @@ def sincos_2d(
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
 ) -> npt.NDArray[np.floating[Any]]:
-    """sincos_2d(grid_h, grid_w, D, *, base=10000.0, layout="mae", extra_tokens=0, base_size=None, interpolation_scale=1.0, dtype=numpy.float64, out=None)
-
-    Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
+    """Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
 
     Tokens are in row-major order (row ``h`` outer, column ``w`` inner). With
     ``q = D // 4`` and ``w_j = base ** (-j / q)`` for ``j < q``, each coordinate
@@ -114,7 +112,9 @@ def sincos_2d(
         raise ValueError(f"D must be a multiple of 4 for a 2-D encoding, got {width}")
     extra = _check_count(extra_tokens, "extra_tokens", 0)
     if layout not in GRID_LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}")
+        raise ValueError(
+            f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}"
+        )
     b = _check_base(base)
     scale = _positive_real(interpolation_scale, "interpolation_scale")
     size = None if base_size is None else _positive_real(base_size, "base_size")
@@ -154,9 +154,7 @@ def sincos_3d(
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
 ) -> npt.NDArray[np.floating[Any]]:
-    """sincos_3d(t, h, w, D, *, base=10000.0, temporal_interpolation_scale=1.0, spatial_interpolation_scale=1.0, dtype=numpy.float64, out=None)
-
-    Sinusoidal encoding of a ``t x h x w`` video grid, as diffusers'
+    """Sinusoidal encoding of a ``t x h x w`` video grid, as diffusers'
     ``get_3d_sincos_pos_embed``.
 
     The channels are split as ``[time (D/4) | space (3D/4)]``: the time block is
@@ -209,6 +207,8 @@ def sincos_3d(
 
     time_width = width // 4
     result[..., :time_width] = _axis(frames, 1.0 / time_scale, time_width, b, dt)[:, None, :]
-    space = sincos_2d(rows, columns, width - time_width, base=b, interpolation_scale=space_scale, dtype=dt)
+    space = sincos_2d(
+        rows, columns, width - time_width, base=b, interpolation_scale=space_scale, dtype=dt
+    )
     result[..., time_width:] = space[None, :, :]
     return result

@@ -22,7 +22,7 @@ def positional_encoding(
     """The definition, column by column: sin at ``2j``, cos at ``2j + 1``."""
     p = np.asarray(position, dtype=np.float64)
     w = frequencies(D, base)
-    out = np.empty(p.shape + (D,), dtype=np.float64)
+    out = np.empty((*p.shape, D), dtype=np.float64)
     for k in range(D):
         angle = p * w[k // 2]
         out[..., k] = np.sin(angle) if k % 2 == 0 else np.cos(angle)
@@ -157,7 +157,7 @@ def encoding(
         w = base ** (-np.arange(n_freq) / (n_freq - freq_shift))
     angle = scale * p[..., None] * w
     sines, cosines = np.sin(angle), np.cos(angle[..., : D - n_freq])
-    out = np.zeros(p.shape + (D,))
+    out = np.zeros((*p.shape, D))
     if layout == "interleaved":
         out[..., 0 : 2 * n_freq : 2] = sines
         out[..., 1 : 2 * cosines.shape[-1] : 2] = cosines
@@ -186,7 +186,9 @@ def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArr
     grid_h = np.arange(grid_size, dtype=np.float64)
     grid_w = np.arange(grid_size, dtype=np.float64)
     grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
-    emb = np.concatenate([embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1)
+    emb = np.concatenate(
+        [embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1
+    )
     if cls_token:
         emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
     return emb
@@ -200,7 +202,9 @@ def _diffusers_1d(embed_dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[n
     return np.concatenate([np.sin(out), np.cos(out)], axis=1)
 
 
-def _diffusers_2d_from_grid(embed_dim: int, grid: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _diffusers_2d_from_grid(
+    embed_dim: int, grid: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
     return np.concatenate(
         [_diffusers_1d(embed_dim // 2, grid[0]), _diffusers_1d(embed_dim // 2, grid[1])], axis=1
     )
@@ -215,8 +219,12 @@ def diffusers_2d(
     base_size: float = 16,
 ) -> npt.NDArray[np.float64]:
     """diffusers ``get_2d_sincos_pos_embed`` with ``grid_size = (h, w)``."""
-    grid_h = np.arange(grid_size[0], dtype=np.float64) / (grid_size[0] / base_size) / interpolation_scale
-    grid_w = np.arange(grid_size[1], dtype=np.float64) / (grid_size[1] / base_size) / interpolation_scale
+    grid_h = (
+        np.arange(grid_size[0], dtype=np.float64) / (grid_size[0] / base_size) / interpolation_scale
+    )
+    grid_w = (
+        np.arange(grid_size[1], dtype=np.float64) / (grid_size[1] / base_size) / interpolation_scale
+    )
     grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
     emb = _diffusers_2d_from_grid(embed_dim, grid.reshape([2, 1, grid_size[1], grid_size[0]]))
     if cls_token and extra_tokens > 0:
@@ -236,7 +244,9 @@ def diffusers_3d(
     grid_h = np.arange(spatial_size[1], dtype=np.float64) / spatial_interpolation_scale
     grid_w = np.arange(spatial_size[0], dtype=np.float64) / spatial_interpolation_scale
     grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
-    spatial = _diffusers_2d_from_grid(spatial_dim, grid.reshape([2, 1, spatial_size[1], spatial_size[0]]))
+    spatial = _diffusers_2d_from_grid(
+        spatial_dim, grid.reshape([2, 1, spatial_size[1], spatial_size[0]])
+    )
     grid_t = np.arange(temporal_size, dtype=np.float64) / temporal_interpolation_scale
     temporal = _diffusers_1d(temporal_dim, grid_t)
     spatial = np.repeat(spatial[None, :, :], temporal_size, axis=0)
@@ -253,7 +263,9 @@ def timm_2d(
     """timm ``build_sincos2d_pos_embed`` with ``reverse_coord=False``."""
     pos_dim = dim // 4
     bands = 1.0 / (temperature ** (np.arange(0, pos_dim, 1, dtype=np.float64) / pos_dim))
-    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float64) for s in feat_shape], indexing="ij"))
+    grid = np.stack(
+        np.meshgrid(*[np.arange(s, dtype=np.float64) for s in feat_shape], indexing="ij")
+    )
     grid = grid.reshape(2, -1).T
     pos2 = grid[:, :, None] * bands[None, None, :]
     stack_axis = 2 if interleave_sin_cos else 1

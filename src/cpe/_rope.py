@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -22,9 +22,7 @@ def rope_cos_sin(
     layout: str = "half",
     dtype: npt.DTypeLike = np.float64,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
-    """rope_cos_sin(n, head_dim, *, base=10000.0, start=0, layout="half", dtype=numpy.float64)
-
-    The ``(cos, sin)`` tables of rotary position embeddings.
+    """The ``(cos, sin)`` tables of rotary position embeddings.
 
     With ``w_j = base ** (-2j / head_dim)`` for ``j < head_dim / 2``, position
     ``p`` gets ``cos(p w_j)`` and ``sin(p w_j)`` with every frequency used twice:
@@ -75,7 +73,9 @@ def rope_cos_sin(
     if width % 2:
         raise ValueError(f"head_dim must be even, got {width}")
     if layout not in ROPE_LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}")
+        raise ValueError(
+            f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
+        )
     _check_dtype(dtype)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
@@ -83,7 +83,9 @@ def rope_cos_sin(
     # the cos table; the duplicated columns are then copied, exactly.
     kernel_layout = "sin_cos" if layout == "half" else "interleaved"
     if _is_count(n):
-        table = positional_encoding_table(n, width, start=start, base=base, dtype=dtype, layout=kernel_layout)
+        table = positional_encoding_table(
+            n, width, start=start, base=base, dtype=dtype, layout=kernel_layout
+        )
     else:
         table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
     cos, sin = table, np.empty_like(table)
@@ -99,7 +101,7 @@ def rope_cos_sin(
     return cos, sin
 
 
-def _is_count(n: Any) -> bool:
+def _is_count(n: Any) -> TypeGuard[int]:
     """An integer scalar (a row count), as opposed to an array of positions."""
     if isinstance(n, (bool, np.bool_)) or np.ndim(n) != 0:
         return False

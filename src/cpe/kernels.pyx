@@ -134,11 +134,11 @@ cdef dd _dd_exp(dd a) noexcept nogil:
     r = dd(hi=ldexp(r.hi, -10), lo=ldexp(r.lo, -10))
     cdef dd term = r
     cdef dd s = r
-    cdef int i
+    cdef int i, _
     for i in range(2, 13):
         term = _dd_div_d(_dd_mul(term, r), <double>i)
         s = _dd_add(s, term)
-    for i in range(10):
+    for _ in range(10):
         s = _dd_add(_dd_mul_d(s, 2.0), _dd_mul(s, s))
     s = _dd_add(s, dd(hi=1.0, lo=0.0))
     return dd(hi=ldexp(s.hi, <int>k), lo=ldexp(s.lo, <int>k))
