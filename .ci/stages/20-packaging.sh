@@ -116,7 +116,7 @@ for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST
                  "tests/capi_signatures.json", "docs/cython.md"]:
     if required not in sdist_files:
         problems.append(f"sdist: missing {required}")
-for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/py.typed",
+for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/kernels.pyi", "cpe/py.typed",
                  "cpe/_reference.py", "cpe/_version.py"]:
     if required not in wheel_files:
         problems.append(f"wheel: missing {required}")
