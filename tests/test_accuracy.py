@@ -118,7 +118,12 @@ def test_naive_float64_is_measurably_worse():
 
 @pytest.mark.parametrize(
     ("low", "high", "count", "D"),
-    [(-(10**6), 10**6, 6000, 64), (0, 4096, 3000, 512), (999_000, 10**6, 20000, 8)],
+    [
+        (-(10**6), 10**6, 6000, 64),
+        (0, 4096, 3000, 512),
+        (999_000, 10**6, 20000, 8),
+        (0, 65535, 8000, 256),
+    ],
 )
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_many_integer_positions(low, high, count, D, dtype, report_error):
@@ -177,7 +182,7 @@ def test_every_convention_is_as_accurate(kwargs, D, report_error):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_first_and_cached_table_paths(dtype, report_error):
-    """A first, small request builds its own digit tables; a repeat uses cached ones.
+    """The first request makes the digit levels, a repeat takes them from the cache.
 
     A base used nowhere else makes the encoding new to this process.
     """
@@ -191,9 +196,9 @@ def test_first_and_cached_table_paths(dtype, report_error):
     bound = F64_BOUND if dtype == np.float64 else F32_BOUND
     rng = np.random.default_rng(5)
     for name, table in [
-        ("first request", first),
-        ("cached digit tables", again),
-        ("ids, cached", ids),
+        ("levels made for it", first),
+        ("levels from the cache", again),
+        ("ids", ids),
     ]:
         for i in sorted({0, n - 1, *rng.integers(0, n, 25).tolist()}):
             worst = max(error(table[i, k], start + i, D, k, base) for k in sample_columns(rng, D))

@@ -40,10 +40,10 @@ DOWNSTREAM = textwrap.dedent(
         CPE_LAYOUT_INTERLEAVED,
         CPE_LAYOUT_SIN_COS,
         CPE_OK,
-        digit_tables,
-        fill_positions_digits_f64,
-        fill_table_digits_f32,
-        fill_table_digits_f64,
+        digit_levels,
+        fill_positions_levels_f64,
+        fill_table_levels_f32,
+        fill_table_levels_f64,
         fill_positions_f32,
         fill_positions_f64,
         fill_table_f32,
@@ -73,7 +73,7 @@ DOWNSTREAM = textwrap.dedent(
 
 
     def table_digits(out, double start, Py_ssize_t radix, int layout=CPE_LAYOUT_INTERLEAVED):
-        """fill_table_digits_f64/_f32 with digit tables made by digit_tables."""
+        """fill_table_levels_f64/_f32 with two levels made by digit_levels."""
         cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
         cdef Py_ssize_t n_freq = (width + 1) // 2
         cdef double[:, ::1] out64
@@ -85,40 +85,40 @@ DOWNSTREAM = textwrap.dedent(
             raise MemoryError()
         w = _frequencies(width, 10000.0, &status)
         if status == CPE_OK and radix >= 2:
-            status = digit_tables(tables, tables + 2 * n_freq * radix, radix, w, w + n_freq, n_freq)
+            status = digit_levels(tables, radix, 2, w, w + n_freq, n_freq)
         if status == CPE_OK:
             if out.dtype.itemsize == 8:
                 out64 = out
                 with nogil:
-                    status = fill_table_digits_f64(&out64[0, 0], start, n_rows, width,
+                    status = fill_table_levels_f64(&out64[0, 0], start, n_rows, width,
                                                    w, w + n_freq, n_freq, layout, tables,
-                                                   tables + 2 * n_freq * radix, radix)
+                                                   radix, 2)
             else:
                 out32 = out
                 with nogil:
-                    status = fill_table_digits_f32(&out32[0, 0], start, n_rows, width,
+                    status = fill_table_levels_f32(&out32[0, 0], start, n_rows, width,
                                                    w, w + n_freq, n_freq, layout, tables,
-                                                   tables + 2 * n_freq * radix, radix)
+                                                   radix, 2)
         free(w)
         free(tables)
         return status
 
 
-    def positions_digits_f64(double[:, ::1] out, const double[::1] positions, Py_ssize_t radix):
+    def positions_levels_f64(double[:, ::1] out, const double[::1] positions,
+                             Py_ssize_t radix, Py_ssize_t n_levels):
         cdef Py_ssize_t width = out.shape[1]
         cdef Py_ssize_t n_freq = (width + 1) // 2
         cdef int status
         cdef double* w = _frequencies(width, 10000.0, &status)
-        cdef double* tables = <double*>malloc(sizeof(double) * 4 * n_freq * radix)
+        cdef double* tables = <double*>malloc(sizeof(double) * 2 * n_freq * radix * n_levels)
         with nogil:
             if status == CPE_OK:
-                status = digit_tables(tables, tables + 2 * n_freq * radix, radix,
-                                      w, w + n_freq, n_freq)
+                status = digit_levels(tables, radix, n_levels, w, w + n_freq, n_freq)
             if status == CPE_OK:
-                status = fill_positions_digits_f64(&out[0, 0], &positions[0], positions.shape[0],
+                status = fill_positions_levels_f64(&out[0, 0], &positions[0], positions.shape[0],
                                                    width, w, w + n_freq, n_freq,
                                                    CPE_LAYOUT_INTERLEAVED,
-                                                   tables, tables + 2 * n_freq * radix, radix)
+                                                   tables, radix, n_levels)
         free(w)
         free(tables)
         return status
@@ -408,11 +408,16 @@ def test_digit_table_kernels(downstream: ModuleType, radix: int, dtype: type) ->
     assert abs(out[row, 6] - math.sin(angle)) < 1e-9  # a direct check, independent of cpe
 
 
-def test_positions_digit_kernel(downstream: ModuleType) -> None:
-    positions = np.arange(4000, 0, -3, dtype=np.float64)
-    out = np.full((positions.size, 10), np.nan)
-    assert downstream.positions_digits_f64(out, positions, 16) == 0
-    np.testing.assert_allclose(out, cpe.positional_encoding(positions, 10), rtol=0, atol=2e-15)
+@pytest.mark.parametrize(("radix", "n_levels"), [(16, 4), (10, 3), (2, 12)])
+def test_positions_levels_kernel(downstream: ModuleType, radix: int, n_levels: int) -> None:
+    # Positions within the levels (no libm call), then beyond them (span digits).
+    inside = np.arange(4000, 0, -3, dtype=np.float64)
+    beyond = np.arange(10.0**6, 10.0**6 - 500, -1)
+    for positions in (inside, beyond):
+        out = np.full((positions.size, 10), np.nan)
+        assert downstream.positions_levels_f64(out, positions, radix, n_levels) == 0
+        expected = cpe.positional_encoding(positions, 10)
+        np.testing.assert_allclose(out, expected, rtol=0, atol=2e-15)
 
 
 def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleType) -> None:

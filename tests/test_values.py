@@ -218,3 +218,38 @@ def test_frequency_cache_stays_within_its_budget():
     entries, used, budget = _cache_info()
     assert 0 < used <= budget
     assert entries > 0
+
+
+DETERMINISM_REQUESTS = [
+    "cpe.positional_encoding(12345, 512)",
+    "cpe.positional_encoding(np.arange(40), 64)",
+    "cpe.positional_encoding(np.arange(3000, 0, -7), 64)",
+    "cpe.positional_encoding_table(100, 96, start=5)",
+    "cpe.positional_encoding_table(20, 96, start=999_000)",
+    "cpe.positional_encoding_table(5000, 32, dtype=np.float32)",
+]
+
+
+def test_the_same_request_gives_the_same_bits_whatever_the_cache_holds():
+    """A fresh process (empty caches) and this one (warm caches) agree bit for bit."""
+    import hashlib
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, sys\nimport numpy as np\nimport cpe\n"
+        "for e in sys.argv[1:]:\n"
+        "    print(hashlib.sha256(eval(e).tobytes()).hexdigest())\n"
+    )
+    namespace = {"cpe": cpe, "np": np}
+    for expression in DETERMINISM_REQUESTS * 3:  # warm every cache first
+        eval(expression, namespace)
+    here = [hashlib.sha256(eval(e, namespace).tobytes()).hexdigest() for e in DETERMINISM_REQUESTS]
+    fresh = subprocess.run(
+        [sys.executable, "-c", script, *DETERMINISM_REQUESTS],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split()
+    assert here == fresh

@@ -21,11 +21,11 @@ from cpe.kernels cimport (
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_OK,
-    digit_tables,
-    fill_positions_digits_f32,
-    fill_positions_digits_f64,
-    fill_table_digits_f32,
-    fill_table_digits_f64,
+    digit_levels,
+    fill_positions_levels_f32,
+    fill_positions_levels_f64,
+    fill_table_levels_f32,
+    fill_table_levels_f64,
     frequencies,
 )
 
@@ -36,13 +36,17 @@ _FLOAT32 = np.dtype(np.float32)
 _FLOAT16 = np.dtype(np.float16)
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
 _CACHE_BUDGET = 2 * 1024 * 1024
-# Digit tables (see kernels.pxd) kept between calls: radix 16 makes them
-# 2 * 16 pair rows (512 bytes per frequency) and leaves one libm row per 256
-# positions. They are made for a request of at least _DIGITS_AT_ONCE rows, where
-# they cost no more than the kernel's own, or when an encoding is used again.
+# Digit levels (see kernels.pxd) kept between calls: 4 levels of radix 16 are
+# 64 pair rows (1 KiB per frequency); with them no position in [0, 65536) calls
+# libm, and a table calls it once per 256 rows. Every request of at least
+# _DIGITS_AT_ONCE positions uses them (making them costs 64 libm rows, no more
+# than the request would), and no smaller one does: which path a request takes
+# depends on the request alone, never on what the cache holds, so the same call
+# always gives the same bits.
 cdef Py_ssize_t _DIGIT_RADIX = 16
+cdef Py_ssize_t _DIGIT_LEVELS = 4
 _DIGIT_BUDGET = 4 * 1024 * 1024
-_DIGITS_AT_ONCE = 1024
+cdef Py_ssize_t _DIGITS_AT_ONCE = 64
 
 
 # ---- argument checks: each names the argument and what was expected ----
@@ -160,7 +164,6 @@ cdef class _Encoding:
     cdef Py_ssize_t n_freq
     cdef int layout
     cdef object key
-    cdef int uses                      # requests that could have used digit tables
 
 
 cdef char* _address(array) except NULL:
@@ -233,25 +236,25 @@ _digit_bytes = 0
 
 
 cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
-    """The cached digit tables of ``enc`` (a (2, radix, 2 n_freq) array), or None."""
+    """The digit levels for a request of ``rows`` positions, or None when it is too small.
+
+    A (levels, radix, 2 n_freq) array, from the cache or made (and cached) now.
+    """
     global _digit_bytes
+    cdef Py_ssize_t row_doubles = 2 * enc.n_freq
+    cdef Py_ssize_t nbytes = _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8
+    if rows < _DIGITS_AT_ONCE or enc.n_freq == 0:
+        return None
     tables = _digit_cache.get(enc.key)
     if tables is not None:
         return tables
-    cdef Py_ssize_t row_doubles = 2 * enc.n_freq
-    cdef Py_ssize_t nbytes = 2 * _DIGIT_RADIX * row_doubles * 8
-    if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
-        return None
-    with _cache_lock:
-        enc.uses += 1
-        if rows < _DIGITS_AT_ONCE and enc.uses < 2:
-            return None
-    tables = np.empty((2, _DIGIT_RADIX, row_doubles), dtype=np.float64)
-    cdef double* low = <double*>_address(tables)
+    tables = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, row_doubles), dtype=np.float64)
+    cdef double* levels = <double*>_address(tables)
     with nogil:
-        digit_tables(low, low + _DIGIT_RADIX * row_doubles, _DIGIT_RADIX,
-                     enc.w_hi, enc.w_lo, enc.n_freq)
+        digit_levels(levels, _DIGIT_RADIX, _DIGIT_LEVELS, enc.w_hi, enc.w_lo, enc.n_freq)
     tables.flags.writeable = False
+    if nbytes > _DIGIT_BUDGET // 2:
+        return tables  # used for this request, too large to keep
     with _cache_lock:
         if enc.key not in _digit_cache:
             _digit_cache[enc.key] = tables
@@ -299,29 +302,30 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    tables = _digits_for(enc, n) if n > 1 else None
-    cdef const double* low = NULL
+    tables = _digits_for(enc, n)
+    cdef const double* levels = NULL
     if tables is not None:
-        low = <const double*>_address(tables)
+        levels = <const double*>_address(tables)
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _positions_kernel(data, single, positions, n, enc, low)
+        status = _positions_kernel(data, single, positions, n, enc, levels)
     else:
         with nogil:
-            status = _positions_kernel(data, single, positions, n, enc, low)
+            status = _positions_kernel(data, single, positions, n, enc, levels)
     return _raise_for(status)
 
 
 cdef inline int _positions_kernel(char* data, bint single, const double* positions,
                                   Py_ssize_t n, _Encoding enc,
-                                  const double* low) noexcept nogil:
-    cdef const double* middle = NULL if low == NULL else low + _DIGIT_RADIX * 2 * enc.n_freq
-    cdef Py_ssize_t radix = 0 if low == NULL else _DIGIT_RADIX
+                                  const double* levels) noexcept nogil:
+    cdef Py_ssize_t radix = 0 if levels == NULL else _DIGIT_RADIX
+    cdef Py_ssize_t n_levels = 0 if levels == NULL else _DIGIT_LEVELS
     if single:
-        return fill_positions_digits_f32(<float*>data, positions, n, enc.width, enc.w_hi,
-                                         enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
-    return fill_positions_digits_f64(<double*>data, positions, n, enc.width, enc.w_hi,
-                                     enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
+        return fill_positions_levels_f32(<float*>data, positions, n, enc.width, enc.w_hi,
+                                         enc.w_lo, enc.n_freq, enc.layout, levels, radix,
+                                         n_levels)
+    return fill_positions_levels_f64(<double*>data, positions, n, enc.width, enc.w_hi,
+                                     enc.w_lo, enc.n_freq, enc.layout, levels, radix, n_levels)
 
 
 cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
@@ -329,22 +333,22 @@ cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    tables = _digits_for(enc, n) if n > 1 else None
-    cdef const double* low = NULL
-    cdef const double* middle = NULL
-    cdef Py_ssize_t radix = 0
+    tables = _digits_for(enc, n)
+    cdef const double* levels = NULL
+    cdef Py_ssize_t radix = 0, n_levels = 0
     if tables is not None:
-        low = <const double*>_address(tables)
-        middle = low + _DIGIT_RADIX * 2 * enc.n_freq
-        radix = _DIGIT_RADIX
+        levels = <const double*>_address(tables)
+        radix, n_levels = _DIGIT_RADIX, _DIGIT_LEVELS
     cdef int status
     with nogil:
         if single:
-            status = fill_table_digits_f32(<float*>data, start, n, enc.width, enc.w_hi,
-                                           enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
+            status = fill_table_levels_f32(<float*>data, start, n, enc.width, enc.w_hi,
+                                           enc.w_lo, enc.n_freq, enc.layout, levels, radix,
+                                           n_levels)
         else:
-            status = fill_table_digits_f64(<double*>data, start, n, enc.width, enc.w_hi,
-                                           enc.w_lo, enc.n_freq, enc.layout, low, middle, radix)
+            status = fill_table_levels_f64(<double*>data, start, n, enc.width, enc.w_hi,
+                                           enc.w_lo, enc.n_freq, enc.layout, levels, radix,
+                                           n_levels)
     return _raise_for(status)
 
 

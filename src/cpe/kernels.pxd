@@ -35,27 +35,28 @@ Signatures (stable; a test snapshots them)::
                        Py_ssize_t width, const double* w_hi, const double* w_lo,
                        Py_ssize_t n_freq, int layout)
     int fill_table_f32(float* out, ...same...)
-    int digit_tables(double* low, double* middle, Py_ssize_t radix,
+    int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq)
-    int fill_positions_digits_f64(double* out, const double* positions,
+    int fill_positions_levels_f64(double* out, const double* positions,
                                   Py_ssize_t n_positions, Py_ssize_t width,
                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                  int layout, const double* low, const double* middle,
-                                  Py_ssize_t radix)
-    int fill_positions_digits_f32(float* out, ...same...)
-    int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+                                  int layout, const double* levels, Py_ssize_t radix,
+                                  Py_ssize_t n_levels)
+    int fill_positions_levels_f32(float* out, ...same...)
+    int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
                               Py_ssize_t width, const double* w_hi, const double* w_lo,
-                              Py_ssize_t n_freq, int layout, const double* low,
-                              const double* middle, Py_ssize_t radix)
-    int fill_table_digits_f32(float* out, ...same...)
+                              Py_ssize_t n_freq, int layout, const double* levels,
+                              Py_ssize_t radix, Py_ssize_t n_levels)
+    int fill_table_levels_f32(float* out, ...same...)
 
-A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Tables of many
-consecutive or integer positions are built from three pair rows per position
-(angle addition); the two position-independent ones, ``low[d] = (sin, cos)(d w)``
-and ``middle[d] = (sin, cos)(d radix w)`` for ``d < radix``, can be made once by
-``digit_tables`` (``radix * 2 * n_freq`` doubles each) and passed to the
-``*_digits_*`` functions, which then call libm for only ``ceil(n / radix**2)``
-rows. The plain functions make their own.
+A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
+are built from a few pair rows each by angle addition. ``digit_levels`` makes,
+once, the position-independent rows ``(sin, cos)(d * radix**k * w)`` for
+``d < radix`` and ``k < n_levels`` (``n_levels * radix * 2 * n_freq`` doubles,
+level by level); the ``*_levels_*`` functions then call libm for no position in
+``[0, radix**n_levels)`` and for only ``ceil(n / radix**2)`` rows of a table.
+``n_levels >= 2`` and ``radix**n_levels <= 2**40``. The plain functions make
+what they need on every call.
 """
 
 cdef enum:
@@ -91,27 +92,26 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil
 
-# Pair rows low[d] = (sin, cos)(d w) and middle[d] = (sin, cos)(d radix w), d < radix;
-# each array holds radix * 2 * n_freq doubles.
-cdef int digit_tables(double* low, double* middle, Py_ssize_t radix,
+# levels[k][d] = (sin, cos)(d * radix**k * w) as pair rows, k < n_levels, d < radix.
+cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                       const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil
 
-# As fill_positions_* and fill_table_*, with the caller's digit tables.
-cdef int fill_positions_digits_f64(double* out, const double* positions,
+# As fill_positions_* and fill_table_*, with the caller's levels (n_levels >= 2).
+cdef int fill_positions_levels_f64(double* out, const double* positions,
                                    Py_ssize_t n_positions, Py_ssize_t width,
                                    const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* low, const double* middle,
-                                   Py_ssize_t radix) noexcept nogil
-cdef int fill_positions_digits_f32(float* out, const double* positions,
+                                   int layout, const double* levels, Py_ssize_t radix,
+                                   Py_ssize_t n_levels) noexcept nogil
+cdef int fill_positions_levels_f32(float* out, const double* positions,
                                    Py_ssize_t n_positions, Py_ssize_t width,
                                    const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* low, const double* middle,
-                                   Py_ssize_t radix) noexcept nogil
-cdef int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+                                   int layout, const double* levels, Py_ssize_t radix,
+                                   Py_ssize_t n_levels) noexcept nogil
+cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* low,
-                               const double* middle, Py_ssize_t radix) noexcept nogil
-cdef int fill_table_digits_f32(float* out, double start, Py_ssize_t n_rows,
+                               Py_ssize_t n_freq, int layout, const double* levels,
+                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
+cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* low,
-                               const double* middle, Py_ssize_t radix) noexcept nogil
+                               Py_ssize_t n_freq, int layout, const double* levels,
+                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil

@@ -290,8 +290,11 @@ cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
 # d = d2 * R**2 + d1 * R + d0, and its pair row is the product of three rows:
 #     (sin, cos)((start + d2 R**2) w)  (sin, cos)(d1 R w)  (sin, cos)(d0 w),
 # each computed by _sincos. The "low" (d0 w) and "middle" (d1 R w) rows do not
-# depend on the positions, so a caller may keep them (digit_tables); only the
-# ceil(span / R**2) "high" rows call libm on every request.
+# depend on the positions, so a caller may keep them: they are the first two
+# "levels" made by digit_levels (level k, row d: (sin, cos)(d R**k w)). Only the
+# ceil(span / R**2) "high" rows then call libm on every request; and a position
+# 0 <= p < R**n_levels needs no libm call at all: it is the product of one row
+# per non-zero digit.
 
 cdef struct digits:
     Py_ssize_t radix
@@ -308,14 +311,28 @@ cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
     return radix if radix >= 2 else 2
 
 
-cdef int digit_tables(double* low, double* middle, Py_ssize_t radix,
+cdef inline Py_ssize_t _levels_limit(Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+    """radix ** n_levels, or 0 when that exceeds 2**40 (or the arguments are invalid)."""
+    cdef Py_ssize_t limit = 1, k
+    if radix < 2 or n_levels < 1:
+        return 0
+    for k in range(n_levels):
+        if limit > (<Py_ssize_t>1 << 40) // radix:
+            return 0
+        limit *= radix
+    return limit
+
+
+cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                       const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    if radix < 2 or n_freq < 0:
+    if _levels_limit(radix, n_levels) == 0 or n_freq < 0:
         return CPE_ERR_ARGUMENT
-    cdef Py_ssize_t d
-    for d in range(radix):
-        _sincos_row(low + 2 * n_freq * d, <double>d, w_hi, w_lo, n_freq)
-        _sincos_row(middle + 2 * n_freq * d, <double>(d * radix), w_hi, w_lo, n_freq)
+    cdef Py_ssize_t d, k, step = 1
+    for k in range(n_levels):
+        for d in range(radix):
+            _sincos_row(levels + 2 * n_freq * (k * radix + d), <double>(d * step),
+                        w_hi, w_lo, n_freq)
+        step *= radix
     return CPE_OK
 
 
@@ -339,7 +356,7 @@ cdef int _digits_init(digits* t, double start, Py_ssize_t span, const double* w_
     if low == NULL:
         t.low = t.scratch + 2 * n_freq
         t.middle = t.low + 2 * n_freq * radix
-        digit_tables(<double*>t.low, <double*>t.middle, radix, w_hi, w_lo, n_freq)
+        digit_levels(<double*>t.low, radix, 2, w_hi, w_lo, n_freq)
     else:
         t.low = low
         t.middle = middle
@@ -360,15 +377,63 @@ cdef inline bint _streaming(Py_ssize_t rows, Py_ssize_t width, size_t itemsize) 
     return STREAM_ENABLED and width % 2 == 0 and rows * width * <Py_ssize_t>itemsize >= STREAM_BYTES
 
 
+cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_positions,
+                           Py_ssize_t width, Py_ssize_t n_freq, const columns* c,
+                           const double* levels, Py_ssize_t radix,
+                           Py_ssize_t n_levels) noexcept nogil:
+    """Positions 0 <= p < radix**n_levels: one product per non-zero digit above the first."""
+    cdef Py_ssize_t row_doubles = 2 * n_freq
+    cdef double* buffers = <double*>malloc(sizeof(double) * 2 * row_doubles)
+    if buffers == NULL:
+        return CPE_ERR_NOMEM
+    cdef double* spare
+    cdef const double* acc
+    cdef double* target
+    cdef Py_ssize_t i, k, d, top, digit
+    cdef Py_ssize_t digits[64]
+    cdef bint stream = _streaming(n_positions, width, sizeof(floating))
+    for i in range(n_positions):
+        d = <Py_ssize_t>positions[i]
+        top = 0
+        for k in range(n_levels):
+            digits[k] = d % radix
+            d //= radix
+            if digits[k]:
+                top = k
+        # Start from the highest non-zero digit, multiply in the others (a zero
+        # digit is the identity), and write the last product straight out.
+        acc = levels + row_doubles * (top * radix + digits[top])
+        spare = buffers
+        for k in range(top - 1, 0, -1):
+            digit = digits[k]
+            if digit:
+                target = spare
+                _product_pairs(target, levels + row_doubles * (k * radix + digit), acc, n_freq)
+                acc = target
+                spare = buffers + row_doubles if target == buffers else buffers
+        if top and digits[0]:
+            _store_product(out + i * width, levels + row_doubles * digits[0], acc, c, width,
+                           stream)
+        else:
+            _store_pairs(out + i * width, acc, c, width)
+    free(buffers)
+    if stream:
+        cpe_stream_fence()
+    return CPE_OK
+
+
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
                          Py_ssize_t width, const double* w_hi, const double* w_lo,
-                         Py_ssize_t n_freq, int layout, const double* low,
-                         const double* middle, Py_ssize_t radix) noexcept nogil:
+                         Py_ssize_t n_freq, int layout, const double* levels,
+                         Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     cdef columns c
     if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
-    if low != NULL and (middle == NULL or radix < 2):
+    cdef Py_ssize_t limit = _levels_limit(radix, n_levels) if levels != NULL else 0
+    if levels != NULL and (limit == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
+    cdef const double* low = levels
+    cdef const double* middle = NULL if levels == NULL else levels + 2 * n_freq * radix
     cdef Py_ssize_t i, d, d0, d1, d2
     cdef double p, lowest = 0.0, highest = 0.0, largest_w = 0.0
     cdef bint integral = True
@@ -390,6 +455,9 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     cdef double* pairs
     cdef bint stream
     cdef Py_ssize_t span = 0, libm_rows, r
+    if levels != NULL and integral and lowest >= 0 and highest < <double>limit and n_freq:
+        return _fill_from_levels(out, positions, n_positions, width, n_freq, &c,
+                                 levels, radix, n_levels)
     if integral and highest - lowest < 1099511627776.0:
         span = <Py_ssize_t>(highest - lowest) + 1
     # Digit tables pay off when their libm rows are few against the positions.
@@ -426,13 +494,15 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
 
 cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                      Py_ssize_t width, const double* w_hi, const double* w_lo,
-                     Py_ssize_t n_freq, int layout, const double* low,
-                     const double* middle, Py_ssize_t radix) noexcept nogil:
+                     Py_ssize_t n_freq, int layout, const double* levels,
+                     Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     cdef columns c
     if n_rows < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
-    if low != NULL and (middle == NULL or radix < 2):
+    if levels != NULL and (_levels_limit(radix, n_levels) == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
+    cdef const double* low = levels
+    cdef const double* middle = NULL if levels == NULL else levels + 2 * n_freq * radix
     if not (floor(start) == start and -9007199254740992.0 <= start
             and start + <double>n_rows <= 9007199254740992.0):
         return CPE_ERR_ARGUMENT
@@ -485,57 +555,57 @@ cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_p
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, NULL, 0)
+                           NULL, 0, 0)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, NULL, 0)
+                           NULL, 0, 0)
 
 
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, NULL, 0)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, NULL, 0)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0)
 
 
-cdef int fill_positions_digits_f64(double* out, const double* positions,
+cdef int fill_positions_levels_f64(double* out, const double* positions,
                                    Py_ssize_t n_positions, Py_ssize_t width,
                                    const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* low, const double* middle,
-                                   Py_ssize_t radix) noexcept nogil:
+                                   int layout, const double* levels, Py_ssize_t radix,
+                                   Py_ssize_t n_levels) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           low, middle, radix)
+                           levels, radix, n_levels)
 
 
-cdef int fill_positions_digits_f32(float* out, const double* positions,
+cdef int fill_positions_levels_f32(float* out, const double* positions,
                                    Py_ssize_t n_positions, Py_ssize_t width,
                                    const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* low, const double* middle,
-                                   Py_ssize_t radix) noexcept nogil:
+                                   int layout, const double* levels, Py_ssize_t radix,
+                                   Py_ssize_t n_levels) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           low, middle, radix)
+                           levels, radix, n_levels)
 
 
-cdef int fill_table_digits_f64(double* out, double start, Py_ssize_t n_rows,
+cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* low,
-                               const double* middle, Py_ssize_t radix) noexcept nogil:
+                               Py_ssize_t n_freq, int layout, const double* levels,
+                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       low, middle, radix)
+                       levels, radix, n_levels)
 
 
-cdef int fill_table_digits_f32(float* out, double start, Py_ssize_t n_rows,
+cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* low,
-                               const double* middle, Py_ssize_t radix) noexcept nogil:
+                               Py_ssize_t n_freq, int layout, const double* levels,
+                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       low, middle, radix)
+                       levels, radix, n_levels)
