@@ -313,10 +313,10 @@ cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
 
 cdef inline Py_ssize_t _levels_limit(Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     """radix ** n_levels, or 0 when that exceeds 2**40 (or the arguments are invalid)."""
-    cdef Py_ssize_t limit = 1, k
+    cdef Py_ssize_t limit = 1, _
     if radix < 2 or n_levels < 1:
         return 0
-    for k in range(n_levels):
+    for _ in range(n_levels):
         if limit > (<Py_ssize_t>1 << 40) // radix:
             return 0
         limit *= radix
