@@ -60,11 +60,12 @@ FULL = Plan(
     group_budget_seconds=20.0,
 )
 
-# Every kind of call and one table of each memory regime, few rounds.
+# Every kind of call, one table of each memory regime and a quarter of the
+# position ids, few rounds: a smoke run that fits a CI stage.
 QUICK = Plan(
     single_widths=(64, 512),
     table_sizes=((512, 512), (8192, 1024)),
-    position_shapes=((32, 2048),),
+    position_shapes=((8, 2048),),
     position_width=512,
     cold_widths=(512,),
     cold_processes=3,

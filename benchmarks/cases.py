@@ -36,11 +36,29 @@ SINGLE_POSITIONS = 4096
 TABLE_STARTS = 64
 POSITION_ARRAYS = 3
 
-# Largest acceptable difference from cpe: the usual float64 code loses about
-# |p| * 1e-16 radians; float32 arithmetic loses about |p| * 6e-8 radians.
-ATOL_F64 = 1e-9
-ATOL_F32 = 1e-6
-ATOL_F32_ARITHMETIC = 2e-2
+
+def atol_f64(max_position: int) -> float:
+    """Largest acceptable difference from cpe for the usual float64 code.
+
+    It rounds w_j to a double, which costs about |p| * 1e-16 radians; these
+    tolerances only need to catch a wrong formula, whose errors are O(1).
+    """
+    return 1e-9 + 1e-14 * max_position
+
+
+def atol_f32(max_position: int) -> float:
+    """For float64 code rounded to float32 at the end: half a float32 ulp, and more."""
+    return 1e-6 + atol_f64(max_position)
+
+
+def atol_f32_arithmetic(max_position: int) -> float:
+    """For float32 arithmetic throughout: about |p| * 1e-7 radians, plus rounding."""
+    return 1e-3 + 4e-7 * max_position
+
+
+def atol_in_dtype(dtype: type, top: int) -> float:
+    """For code that computes in ``dtype`` throughout."""
+    return atol_f64(top) if dtype is np.float64 else atol_f32_arithmetic(top)
 
 
 def dtype_name(dtype: type) -> str:
@@ -58,6 +76,7 @@ def mebibytes(shape: tuple[int, ...], dtype: type) -> float:
 def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
     """One encoding per call, at a varying position: cpe, NumPy, np.empty(D)."""
     positions = rng.integers(0, POSITION_RANGE, SINGLE_POSITIONS).tolist()
+    top = POSITION_RANGE
     names = {
         "cpe_encode": cpe.positional_encoding,
         "numpy_single": numpy_single,
@@ -68,7 +87,7 @@ def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
     if dtype is np.float64:  # the shortest calls: no dtype argument to parse
         competitors = [
             Competitor(CPE, "cpe", "cpe_encode(arg, D)"),
-            Competitor(NUMPY, "rival", "numpy_single(arg, D)", ATOL_F64),
+            Competitor(NUMPY, "rival", "numpy_single(arg, D)", atol_f64(top)),
             Competitor(FLOOR_EMPTY, "floor", "np_empty(D)"),
         ]
     else:
@@ -78,13 +97,13 @@ def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
                 NUMPY_F32,
                 "rival",
                 "numpy_single(arg, D, dtype=float32)",
-                ATOL_F32_ARITHMETIC,
+                atol_f32_arithmetic(top),
             ),
             Competitor(
                 NUMPY_F64_TO_F32,
                 "rival",
                 "numpy_single(arg, D).astype(float32)",
-                ATOL_F32,
+                atol_f32(top),
             ),
             Competitor(FLOOR_EMPTY, "floor", "np_empty(D, float32)"),
         ]
@@ -105,6 +124,7 @@ def table_group(
     n: int, D: int, dtype: type, rng: np.random.Generator, torch: ModuleType | None
 ) -> Group:
     """(n, D) tables of consecutive positions: cpe new and out=, NumPy, PyTorch, floors."""
+    top = POSITION_RANGE + n
     names: dict[str, Any] = {
         "cpe_table": cpe.positional_encoding_table,
         "numpy_table": numpy_table,
@@ -123,7 +143,7 @@ def table_group(
     ]
     if dtype is np.float64:
         competitors.append(
-            Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", ATOL_F64)
+            Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", atol_f64(top))
         )
     else:
         competitors += [
@@ -131,13 +151,13 @@ def table_group(
                 NUMPY_F32,
                 "rival",
                 "numpy_table(n, D, arg, float32)",
-                ATOL_F32_ARITHMETIC,
+                atol_f32_arithmetic(top),
             ),
             Competitor(
                 NUMPY_F64_TO_F32,
                 "rival",
                 "numpy_table(n, D, arg).astype(float32)",
-                ATOL_F32,
+                atol_f32(top),
             ),
         ]
     if torch is not None:
@@ -145,9 +165,13 @@ def table_group(
 
         names["torch_table"] = torch_table
         names["torch_dtype"] = torch.float64 if dtype is np.float64 else torch.float32
-        atol = ATOL_F64 if dtype is np.float64 else ATOL_F32_ARITHMETIC
         competitors.append(
-            Competitor(TORCH, "rival", "torch_table(n, D, arg, torch_dtype)", atol)
+            Competitor(
+                TORCH,
+                "rival",
+                "torch_table(n, D, arg, torch_dtype)",
+                atol_in_dtype(dtype, top),
+            )
         )
     competitors += [
         Competitor(FLOOR_NEW, "floor", "np_empty((n, D), dtype).fill(1.0)"),
@@ -197,7 +221,7 @@ def positions_group(
         "dtype": dtype,
         "out": np.empty(full_shape, dtype),
     }
-    atol = ATOL_F64 if dtype is np.float64 else ATOL_F32_ARITHMETIC
+    atol = atol_in_dtype(dtype, top=POSITION_RANGE + shape[1])
     competitors = [
         Competitor(CPE, "cpe", "cpe_encode(arg, D, dtype=dtype)"),
         Competitor(CPE_OUT, "cpe", "cpe_encode(arg, D, dtype=dtype, out=out)", 0.0),
