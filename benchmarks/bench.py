@@ -24,7 +24,7 @@ from types import ModuleType
 import numpy as np
 from agreement import check_agreement
 from cases import positions_group, single_vector_group, table_group
-from cold import measure_cold
+from cold import cold_cases, measure_cold
 from environment import describe_environment
 from report import format_report, report_json
 from targets import evaluate_targets
@@ -43,6 +43,7 @@ class Plan:
     position_shapes: tuple[tuple[int, int], ...]
     position_width: int
     cold_widths: tuple[int, ...]
+    cold_tables: tuple[tuple[int, int], ...]
     cold_processes: int
     # Rounds cost nothing for small calls, and a busy machine preempts some of
     # them for milliseconds: many rounds keep the medians clear of it. Large
@@ -57,6 +58,7 @@ FULL = Plan(
     position_shapes=((32, 2048),),
     position_width=512,
     cold_widths=(4, 64, 512, 4096),
+    cold_tables=((512, 512), (2048, 1024)),
     cold_processes=7,
     rounds=101,
     group_budget_seconds=20.0,
@@ -70,6 +72,7 @@ QUICK = Plan(
     position_shapes=((8, 2048),),
     position_width=512,
     cold_widths=(512,),
+    cold_tables=((512, 512),),
     cold_processes=3,
     rounds=15,
     group_budget_seconds=2.0,
@@ -125,7 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tables",
         type=_table_sizes,
         metavar="NxD,...",
-        help="table sizes (default: 512x512,2048x1024,8192x1024,65536x512)",
+        help="table sizes, warm and cold "
+        "(default: 512x512,2048x1024,8192x1024,65536x512; cold: the first two)",
     )
     parser.add_argument(
         "--rounds",
@@ -164,7 +168,7 @@ def choose_plan(args: argparse.Namespace) -> Plan:
     if args.widths is not None:
         plan = replace(plan, single_widths=args.widths, cold_widths=args.widths)
     if args.tables is not None:
-        plan = replace(plan, table_sizes=args.tables)
+        plan = replace(plan, table_sizes=args.tables, cold_tables=args.tables)
     return plan
 
 
@@ -244,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        cold = measure_cold(list(plan.cold_widths), plan.cold_processes, rng)
+        cases = cold_cases(list(plan.cold_widths), list(plan.cold_tables))
+        cold = measure_cold(cases, plan.cold_processes, rng)
     targets = evaluate_targets(groups, cold)
 
     print(format_report(environment, groups, cold, targets, notes), end="")

@@ -29,7 +29,7 @@ GROUP_KEYS = (
 )
 COMPETITOR_KEYS = ("label", "role", "stmt", "inner_reps", "median_ns", "samples_ns")
 RATIO_KEYS = ("label", "numerator", "denominator", "median", "q1", "q3")
-COLD_KEYS = ("mode", "D", "implementations", "numpy_over_cpe")
+COLD_KEYS = ("kind", "mode", "n", "D", "implementations", "numpy_over_cpe")
 TARGET_KEYS = ("description", "goal", "measured", "met")
 
 

@@ -1,14 +1,14 @@
-"""Cold single-vector calls: the first call for a width or base, each in a fresh process.
+"""Cold calls: the first call for a width or base, each in a fresh process.
 
-A warm benchmark hides whatever a call builds on first use (frequency tables,
-lazily imported modules); a user who encodes one vector pays it. So every sample
-is its own ``python -c`` process that imports numpy and cpe (untimed), then times
-exactly one call. Two modes:
+A warm benchmark hides whatever a call builds on first use (frequency vectors,
+digit tables, lazily imported modules); a user who encodes one vector, or one
+table, pays it. So every sample is its own ``python -c`` process that imports
+numpy and cpe (untimed), then times exactly one call. Two modes:
 
-- "first call": the very first encoding the process computes, at width D;
-- "new base": the process has already encoded at width D with the default base,
-  then computes its first encoding with another base (a cache keyed on the base
-  must not hide its cost).
+- "first call": the very first encoding the process computes;
+- "new base": the process has already encoded the same size with the default
+  base, then computes its first encoding with another base (a cache keyed on
+  the base must not hide its cost).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from cases import CPE, NUMPY, POSITION_RANGE
 from timing import Spread
 
 MODES = ("first call", "new base")
+KINDS = ("single", "table")
 IMPLEMENTATIONS = {CPE: "cpe", NUMPY: "numpy"}
 
-# Runs in the fresh process. argv: benchmarks dir, implementation, mode, D, position.
+# Runs in the fresh process.
+# argv: benchmarks dir, implementation, kind, mode, n, D, position.
 _FIRST_CALL_SCRIPT = """
 import sys
 import time
@@ -33,26 +35,45 @@ import time
 sys.path.insert(0, sys.argv[1])
 import numpy
 import cpe
-from usual_numpy import numpy_single
+from usual_numpy import numpy_single, numpy_table
 
-encode = cpe.positional_encoding if sys.argv[2] == "cpe" else numpy_single
-mode, D, position = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+implementation, kind, mode = sys.argv[2:5]
+n, D, position = (int(arg) for arg in sys.argv[5:8])
+if kind == "table":
+    encode = cpe.positional_encoding_table if implementation == "cpe" else numpy_table
+    args, keywords = (n, D), {"start": position}
+else:
+    encode = cpe.positional_encoding if implementation == "cpe" else numpy_single
+    args, keywords = (position, D), {}
 base = 10000.0
 if mode == "new base":
-    encode(position + 1, D, base=base)
+    encode(*args, **keywords, base=base)
     base = 20000.0
 start = time.perf_counter_ns()
-encode(position, D, base=base)
+encode(*args, **keywords, base=base)
 print(time.perf_counter_ns() - start)
 """
 
 
-@dataclass
-class ColdResult:
-    """First-call times, in ns, of each implementation for one mode and width."""
+@dataclass(frozen=True)
+class ColdCase:
+    """What a fresh process encodes: one vector of width D, or an (n, D) table."""
 
+    kind: str  # "single" or "table"
     mode: str
     D: int
+    n: int = 1
+
+    @property
+    def size(self) -> str:
+        return f"D={self.D}" if self.kind == "single" else f"{self.n}x{self.D}"
+
+
+@dataclass
+class ColdResult:
+    """First-call times, in ns, of each implementation for one case."""
+
+    case: ColdCase
     samples_ns: dict[str, list[float]]
 
     def time_ns(self, label: str) -> Spread:
@@ -63,20 +84,12 @@ class ColdResult:
         return self.time_ns(NUMPY).median / self.time_ns(CPE).median
 
 
-def time_first_call(implementation: str, mode: str, D: int, position: int) -> float:
+def time_first_call(implementation: str, case: ColdCase, position: int) -> float:
     """Nanoseconds taken by the one timed call in a fresh process."""
     bench_dir = str(Path(__file__).resolve().parent)
+    arguments = [implementation, case.kind, case.mode, case.n, case.D, position]
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _FIRST_CALL_SCRIPT,
-            bench_dir,
-            implementation,
-            mode,
-            str(D),
-            str(position),
-        ],
+        [sys.executable, "-c", _FIRST_CALL_SCRIPT, bench_dir, *map(str, arguments)],
         capture_output=True,
         text=True,
         check=False,
@@ -86,25 +99,24 @@ def time_first_call(implementation: str, mode: str, D: int, position: int) -> fl
     return float(completed.stdout.strip().splitlines()[-1])
 
 
+def cold_cases(widths: list[int], tables: list[tuple[int, int]]) -> list[ColdCase]:
+    """Both modes for every single-vector width and every table size."""
+    cases = [ColdCase("single", mode, D) for D in widths for mode in MODES]
+    return cases + [ColdCase("table", mode, D, n) for n, D in tables for mode in MODES]
+
+
 def measure_cold(
-    widths: list[int], processes: int, rng: random.Random
+    cases: list[ColdCase], processes: int, rng: random.Random
 ) -> list[ColdResult]:
-    """``processes`` fresh processes per implementation, mode and width, in shuffled order."""
-    jobs = [
-        (label, mode, D)
-        for label in IMPLEMENTATIONS
-        for mode in MODES
-        for D in widths
-        for _ in range(processes)
-    ]
-    rng.shuffle(jobs)  # interleaved, so that drift of the machine hits both alike
+    """``processes`` fresh processes per implementation and case, in shuffled order."""
     results = {
-        (mode, D): ColdResult(mode, D, {label: [] for label in IMPLEMENTATIONS})
-        for mode in MODES
-        for D in widths
+        case: ColdResult(case, {label: [] for label in IMPLEMENTATIONS})
+        for case in cases
     }
-    for label, mode, D in jobs:
+    jobs = [(label, case) for label in IMPLEMENTATIONS for case in cases] * processes
+    rng.shuffle(jobs)  # interleaved, so that drift of the machine hits all alike
+    for label, case in jobs:
         position = rng.randrange(POSITION_RANGE)
-        ns = time_first_call(IMPLEMENTATIONS[label], mode, D, position)
-        results[mode, D].samples_ns[label].append(ns)
+        ns = time_first_call(IMPLEMENTATIONS[label], case, position)
+        results[case].samples_ns[label].append(ns)
     return list(results.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cases import CPE, NUMPY
+from cold import KINDS as COLD_KINDS
 from cold import MODES, ColdResult
 from targets import TargetCheck
 from timing import MIN_SAMPLE_NS, GroupResult
@@ -74,28 +75,22 @@ def _group_section(title: str, results: list[GroupResult]) -> str:
     return _table(title, [r.group.column for r in results], rows)
 
 
-def _cold_section(cold: list[ColdResult]) -> str:
-    widths = sorted({c.D for c in cold})
-    by_key = {(c.mode, c.D): c for c in cold}
+def _cold_section(kind: str, cold: list[ColdResult]) -> str:
+    """One table: a column per size, three rows (cpe, NumPy, ratio) per mode."""
+    sizes = list(dict.fromkeys(c.case.size for c in cold))
+    by_key = {(c.case.mode, c.case.size): c for c in cold}
     rows = []
     for mode in MODES:
-        cells = [by_key.get((mode, D)) for D in widths]
+        cells = [by_key.get((mode, size)) for size in sizes]
         for label in (CPE, NUMPY):
-            rows.append(
-                (
-                    f"{label} ({mode})",
-                    [format_time(c.time_ns(label).median) if c else "-" for c in cells],
-                )
-            )
-        rows.append(
-            (
-                f"{NUMPY} / {CPE} ({mode})",
-                [format_ratio(c.numpy_over_cpe()) if c else "-" for c in cells],
-            )
-        )
+            times = [format_time(c.time_ns(label).median) if c else "-" for c in cells]
+            rows.append((f"{label} ({mode})", times))
+        ratios = [format_ratio(c.numpy_over_cpe()) if c else "-" for c in cells]
+        rows.append((f"{NUMPY} / {CPE} ({mode})", ratios))
     processes = max(len(s) for c in cold for s in c.samples_ns.values())
-    title = f"single vector cold, float64: one call per fresh process, median of {processes}"
-    return _table(title, [f"D={D}" for D in widths], rows)
+    what = "single vector" if kind == "single" else "table (n x D)"
+    title = f"{what} cold, float64: one call per fresh process, median of {processes}"
+    return _table(title, sizes, rows)
 
 
 def _targets_section(targets: list[TargetCheck]) -> str:
@@ -128,8 +123,10 @@ def format_report(
     for result in groups:
         sections.setdefault(result.group.section, []).append(result)
     parts += [_group_section(title, results) for title, results in sections.items()]
-    if cold:
-        parts.append(_cold_section(cold))
+    for kind in COLD_KINDS:
+        of_kind = [c for c in cold if c.case.kind == kind]
+        if of_kind:
+            parts.append(_cold_section(kind, of_kind))
     if targets:
         parts.append(_targets_section(targets))
     parts += [f"Note: {note}" for note in notes]
@@ -180,9 +177,12 @@ def _group_json(result: GroupResult) -> dict[str, Any]:
 
 
 def _cold_json(result: ColdResult) -> dict[str, Any]:
+    case = result.case
     return {
-        "mode": result.mode,
-        "D": result.D,
+        "kind": case.kind,
+        "mode": case.mode,
+        "n": case.n,
+        "D": case.D,
         "implementations": {
             label: {"median_ns": result.time_ns(label).median, "samples_ns": samples}
             for label, samples in result.samples_ns.items()

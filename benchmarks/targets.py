@@ -111,9 +111,10 @@ def _positions_targets(result: GroupResult) -> list[TargetCheck]:
 
 
 def _cold_target(result: ColdResult) -> TargetCheck:
+    case = result.case
     processes = min(len(samples) for samples in result.samples_ns.values())
     return TargetCheck(
-        f"single f64 cold ({result.mode}) D={result.D}: {NUMPY} / {CPE}",
+        f"single f64 cold ({case.mode}) {case.size}: {NUMPY} / {CPE}",
         threshold=1,
         at_least=True,
         measured=result.numpy_over_cpe(),
@@ -135,5 +136,6 @@ def evaluate_targets(
     checks = []
     for result in groups:
         checks += _GROUP_TARGETS[result.group.kind](result)
-    checks += [_cold_target(result) for result in cold]
+    # The issue sets a cold target for single vectors; cold tables are reported only.
+    checks += [_cold_target(result) for result in cold if result.case.kind == "single"]
     return checks

@@ -39,11 +39,15 @@ def numpy_single(
 
 
 def numpy_table(
-    n: int, D: int, start: int = 0, dtype: FloatType = np.float64
+    n: int,
+    D: int,
+    start: int = 0,
+    dtype: FloatType = np.float64,
+    base: float = 10000.0,
 ) -> FloatArray:
     """The ``(n, D)`` table of positions ``start .. start + n - 1``."""
     position = np.arange(start, start + n, dtype=dtype)[:, np.newaxis]
-    div_term = numpy_div_term(D, dtype=dtype)
+    div_term = numpy_div_term(D, base, dtype)
     pe = np.zeros((n, D), dtype)
     pe[:, 0::2] = np.sin(position * div_term)
     pe[:, 1::2] = np.cos(position * div_term)
