@@ -96,6 +96,12 @@ def _table_sizes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(sizes)
 
 
+def progress(line: str) -> None:
+    """A line on stderr, at once: the report itself goes to stdout at the end."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -191,15 +197,11 @@ def build_groups(
     groups = []
     if "single" in kinds:
         groups += [
-            single_vector_group(D, dtype, rng)
-            for dtype in DTYPES
-            for D in plan.single_widths
+            single_vector_group(D, dtype, rng) for dtype in DTYPES for D in plan.single_widths
         ]
     if "table" in kinds:
         groups += [
-            table_group(n, D, dtype, rng, torch)
-            for dtype in DTYPES
-            for n, D in plan.table_sizes
+            table_group(n, D, dtype, rng, torch) for dtype in DTYPES for n, D in plan.table_sizes
         ]
     if "positions" in kinds:
         groups += [
@@ -209,9 +211,7 @@ def build_groups(
     return groups
 
 
-def run_groups(
-    groups: list[Group], plan: Plan, rng: random.Random
-) -> list[GroupResult]:
+def run_groups(groups: list[Group], plan: Plan, rng: random.Random) -> list[GroupResult]:
     results = []
     for number, group in enumerate(groups, 1):
         check_agreement(group)
@@ -219,12 +219,8 @@ def run_groups(
         # The report needs only the description: free the buffers (up to 256 MiB).
         group.names.clear()
         group.args.clear()
-        print(
-            f"[{number}/{len(groups)}] {group.name}: "
-            f"{result.rounds} rounds in {result.seconds:.2f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+        done = f"{result.rounds} rounds in {result.seconds:.2f} s"
+        progress(f"[{number}/{len(groups)}] {group.name}: {done}")
         results.append(result)
     return results
 
@@ -233,9 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = choose_plan(args)
     # PyTorch competes on tables only.
-    torch, torch_note = (
-        import_torch(not args.no_torch) if "table" in args.only else (None, None)
-    )
+    torch, torch_note = import_torch(not args.no_torch) if "table" in args.only else (None, None)
     notes = [torch_note] if torch_note else []
     environment = describe_environment(torch)
     rng = random.Random(args.seed)
@@ -243,16 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     groups = run_groups(build_groups(plan, args.only, torch, args.seed), plan, rng)
     cold = []
     if "cold" in args.only:
-        print(
-            f"cold: {plan.cold_processes} fresh processes per case ...",
-            file=sys.stderr,
-            flush=True,
-        )
+        progress(f"cold: {plan.cold_processes} fresh processes per case ...")
         cases = cold_cases(list(plan.cold_widths), list(plan.cold_tables))
         cold = measure_cold(cases, plan.cold_processes, rng)
     targets = evaluate_targets(groups, cold)
 
-    print(format_report(environment, groups, cold, targets, notes), end="")
+    sys.stdout.write(format_report(environment, groups, cold, targets, notes))
     if args.json is not None:
         settings = {
             "quick": args.quick,
@@ -263,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         document = report_json(environment, settings, groups, cold, targets, notes)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
-        print(f"JSON written to {args.json}", file=sys.stderr)
+        progress(f"JSON written to {args.json}")
     return 0
 
 

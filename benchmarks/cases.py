@@ -125,7 +125,7 @@ def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
         names=names,
         args=positions,
         competitors=competitors,
-        ratios=_rivals_over_cpe(competitors) + [Ratio(CPE, FLOOR_EMPTY)],
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_EMPTY)],
     )
 
 
@@ -154,9 +154,7 @@ def table_group(
         ),
     ]
     if dtype is np.float64:
-        competitors.append(
-            Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", atol_f64(top))
-        )
+        competitors.append(Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", atol_f64(top)))
     else:
         competitors += [
             Competitor(
@@ -199,8 +197,7 @@ def table_group(
         names=names,
         args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
         competitors=competitors,
-        ratios=_rivals_over_cpe(competitors)
-        + [Ratio(CPE, FLOOR_NEW), Ratio(CPE_OUT, FLOOR_OUT)],
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW), Ratio(CPE_OUT, FLOOR_OUT)],
     )
 
 
@@ -216,9 +213,7 @@ def position_ids(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray
     return rng.permutation(ids.reshape(-1)).reshape(shape)
 
 
-def positions_group(
-    shape: tuple[int, int], D: int, dtype: type, rng: np.random.Generator
-) -> Group:
+def positions_group(shape: tuple[int, int], D: int, dtype: type, rng: np.random.Generator) -> Group:
     """Arbitrary position ids: cpe new and out=, cpe's table of as many values, NumPy, floors."""
     full_shape = (*shape, D)
     rows = shape[0] * shape[1]

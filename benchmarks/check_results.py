@@ -57,9 +57,7 @@ def _group_problems(group: dict[str, Any]) -> list[str]:
     for ratio in group["ratios"]:
         problems += _missing(ratio, RATIO_KEYS, where)
         if not _is_positive(ratio.get("median")):
-            problems.append(
-                f"{where}: {ratio.get('label')}: median is not a positive number"
-            )
+            problems.append(f"{where}: {ratio.get('label')}: median is not a positive number")
     return problems
 
 
@@ -69,26 +67,18 @@ def problems_in(document: dict[str, Any], kinds: list[str]) -> list[str]:
     if problems:
         return problems
     if document["schema"] != JSON_SCHEMA:
-        problems.append(
-            f"results: schema is {document['schema']!r}, expected {JSON_SCHEMA!r}"
-        )
+        problems.append(f"results: schema is {document['schema']!r}, expected {JSON_SCHEMA!r}")
     for group in document["groups"]:
         problems += _group_problems(group)
     for cold in document["cold"]:
-        problems += _missing(
-            cold, COLD_KEYS, f"cold {cold.get('mode')} D={cold.get('D')}"
-        )
+        problems += _missing(cold, COLD_KEYS, f"cold {cold.get('mode')} D={cold.get('D')}")
     for target in document["targets"]:
-        problems += _missing(
-            target, TARGET_KEYS, f"target {target.get('description', '?')}"
-        )
+        problems += _missing(target, TARGET_KEYS, f"target {target.get('description', '?')}")
     measured_kinds = {group.get("kind") for group in document["groups"]}
     if document["cold"]:
         measured_kinds.add("cold")
     problems += [
-        f"results: no {kind!r} measurement"
-        for kind in kinds
-        if kind not in measured_kinds
+        f"results: no {kind!r} measurement" for kind in kinds if kind not in measured_kinds
     ]
     if not document["targets"]:
         problems.append("results: no targets evaluated")
@@ -107,16 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document = json.loads(args.path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        print(f"{args.path}: cannot read results: {error}", file=sys.stderr)
+        sys.stderr.write(f"{args.path}: cannot read results: {error}\n")
         return 1
     problems = problems_in(document, args.kinds.split(","))
     for problem in problems:
-        print(f"{args.path}: {problem}", file=sys.stderr)
+        sys.stderr.write(f"{args.path}: {problem}\n")
     if problems:
         return 1
-    print(
+    sys.stdout.write(
         f"{args.path}: well formed: {len(document['groups'])} groups, "
-        f"{len(document['cold'])} cold cases, {len(document['targets'])} targets"
+        f"{len(document['cold'])} cold cases, {len(document['targets'])} targets\n"
     )
     return 0
 

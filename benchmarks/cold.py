@@ -105,14 +105,9 @@ def cold_cases(widths: list[int], tables: list[tuple[int, int]]) -> list[ColdCas
     return cases + [ColdCase("table", mode, D, n) for n, D in tables for mode in MODES]
 
 
-def measure_cold(
-    cases: list[ColdCase], processes: int, rng: random.Random
-) -> list[ColdResult]:
+def measure_cold(cases: list[ColdCase], processes: int, rng: random.Random) -> list[ColdResult]:
     """``processes`` fresh processes per implementation and case, in shuffled order."""
-    results = {
-        case: ColdResult(case, {label: [] for label in IMPLEMENTATIONS})
-        for case in cases
-    }
+    results = {case: ColdResult(case, {label: [] for label in IMPLEMENTATIONS}) for case in cases}
     jobs = [(label, case) for label in IMPLEMENTATIONS for case in cases] * processes
     rng.shuffle(jobs)  # interleaved, so that drift of the machine hits all alike
     for label, case in jobs:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
+import datetime as dt
 import os
 import platform
 import subprocess
@@ -44,14 +44,10 @@ def describe_environment(torch: ModuleType | None) -> dict[str, Any]:
     return {
         "cpe": cpe.__version__,
         "numpy": np.__version__,
-        "torch": f"{torch.__version__} ({torch.get_num_threads()} thread)"
-        if torch
-        else None,
+        "torch": f"{torch.__version__} ({torch.get_num_threads()} thread)" if torch else None,
         "python": platform.python_version(),
         "cpu": _cpu_model(),
         "cpus": os.cpu_count(),
         "commit": _commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        ),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }

@@ -52,10 +52,7 @@ def _group_section(title: str, results: list[GroupResult]) -> str:
     rows = [
         (
             label,
-            [
-                format_time(r.time_ns(label).median) if r.has(label) else "-"
-                for r in results
-            ],
+            [format_time(r.time_ns(label).median) if r.has(label) else "-" for r in results],
         )
         for label in labels
     ]
@@ -94,15 +91,11 @@ def _cold_section(kind: str, cold: list[ColdResult]) -> str:
 
 
 def _targets_section(targets: list[TargetCheck]) -> str:
-    lines = [
-        "Targets of the performance issue (a report: a target not met is not an error)"
-    ]
+    lines = ["Targets of the performance issue (a report: a target not met is not an error)"]
     width = max(len(t.description) for t in targets)
     for target in targets:
         status = {True: "met", False: "NOT MET", None: "n/a"}[target.met]
-        measured = (
-            "not measured" if target.measured is None else format_ratio(target.measured)
-        )
+        measured = "not measured" if target.measured is None else format_ratio(target.measured)
         line = f"  {status:8} {target.description.ljust(width)}  {target.goal:>6}  {measured:>8}"
         lines.append(f"{line}  ({target.spread})" if target.spread else line)
     return "\n".join(lines)

@@ -41,11 +41,7 @@ class TargetCheck:
     def met(self) -> bool | None:
         if self.measured is None:
             return None
-        return (
-            self.measured >= self.threshold
-            if self.at_least
-            else self.measured <= self.threshold
-        )
+        return self.measured >= self.threshold if self.at_least else self.measured <= self.threshold
 
     @property
     def goal(self) -> str:
@@ -59,9 +55,7 @@ def _ratio_target(
     if not (result.has(ratio.numerator) and result.has(ratio.denominator)):
         return TargetCheck(description, threshold, at_least, None)
     spread = result.ratio(ratio)
-    quartiles = (
-        f"quartiles {spread.q1:.3g}x - {spread.q3:.3g}x over {result.rounds} rounds"
-    )
+    quartiles = f"quartiles {spread.q1:.3g}x - {spread.q3:.3g}x over {result.rounds} rounds"
     return TargetCheck(description, threshold, at_least, spread.median, quartiles)
 
 
@@ -129,9 +123,7 @@ _GROUP_TARGETS = {
 }
 
 
-def evaluate_targets(
-    groups: list[GroupResult], cold: list[ColdResult]
-) -> list[TargetCheck]:
+def evaluate_targets(groups: list[GroupResult], cold: list[ColdResult]) -> list[TargetCheck]:
     """Every target that applies to what was run, in the order it was run."""
     checks = []
     for result in groups:

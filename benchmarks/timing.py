@@ -106,9 +106,12 @@ class GroupResult:
         return Spread.of(self.samples_ns[label])
 
     def ratio(self, ratio: Ratio) -> Spread:
-        pairs = zip(
-            self.samples_ns[ratio.numerator], self.samples_ns[ratio.denominator]
+        # Every round times every competitor: the lists pair up round by round.
+        numerators, denominators = (
+            self.samples_ns[ratio.numerator],
+            self.samples_ns[ratio.denominator],
         )
+        pairs = zip(numerators, denominators, strict=True)
         return Spread.of([a / b for a, b in pairs])
 
 
@@ -139,7 +142,7 @@ def compile_loop(stmt: str, names: dict[str, Any]) -> Loop:
     )
     namespace = dict(names)
     # Only this benchmark's own statements are ever compiled here.
-    exec(compile(source, f"<bench: {stmt}>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, f"<bench: {stmt}>", "exec"), namespace)
     loop: Loop = namespace["loop"]
     return loop
 
@@ -156,9 +159,7 @@ def calibrate(loop: Loop, args: ArgCycle) -> int:
         reps = min(MAX_INNER_REPS, max(2 * reps, wanted))
 
 
-def time_group(
-    group: Group, rounds: int, budget_seconds: float, rng: random.Random
-) -> GroupResult:
+def time_group(group: Group, rounds: int, budget_seconds: float, rng: random.Random) -> GroupResult:
     """Warm up and calibrate every competitor, then run shuffled rounds.
 
     Stops after ``rounds`` rounds, or earlier once ``budget_seconds`` are spent

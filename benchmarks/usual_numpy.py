@@ -20,9 +20,7 @@ FloatArray = npt.NDArray[np.floating[Any]]
 FloatType = type[np.floating[Any]]
 
 
-def numpy_div_term(
-    D: int, base: float = 10000.0, dtype: FloatType = np.float64
-) -> FloatArray:
+def numpy_div_term(D: int, base: float = 10000.0, dtype: FloatType = np.float64) -> FloatArray:
     """The frequencies ``w_j = base ** (-2j / D)`` as the usual code computes them."""
     return np.exp(np.arange(0, D, 2, dtype=dtype) * dtype(-math.log(base) / D))
 
@@ -54,13 +52,11 @@ def numpy_table(
     return pe
 
 
-def numpy_positions(
-    positions: npt.ArrayLike, D: int, dtype: FloatType = np.float64
-) -> FloatArray:
+def numpy_positions(positions: npt.ArrayLike, D: int, dtype: FloatType = np.float64) -> FloatArray:
     """The encodings of an array of positions, shape ``positions.shape + (D,)``."""
     position = np.asarray(positions, dtype)[..., np.newaxis]
     div_term = numpy_div_term(D, dtype=dtype)
-    pe = np.zeros(position.shape[:-1] + (D,), dtype)
+    pe = np.zeros((*position.shape[:-1], D), dtype)
     pe[..., 0::2] = np.sin(position * div_term)
     pe[..., 1::2] = np.cos(position * div_term)
     return pe

@@ -13,9 +13,7 @@ import math
 import torch
 
 
-def torch_table(
-    n: int, D: int, start: int = 0, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
+def torch_table(n: int, D: int, start: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The ``(n, D)`` table of positions ``start .. start + n - 1``."""
     pe = torch.zeros(n, D, dtype=dtype)
     position = torch.arange(start, start + n, dtype=dtype).unsqueeze(1)
