@@ -1,0 +1,276 @@
+"""The groups the benchmark times: which statements compete, at which sizes.
+
+Labels are constants: the report's rows and the issue's targets refer to them.
+Statements are single calls written as a user would write them; ``arg`` is the
+argument that changes from call to call (a position, a table's start, an array
+of position ids), so that no cache of results can flatter anyone.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from timing import Competitor, Group, Ratio
+from usual_numpy import numpy_positions, numpy_single, numpy_table
+
+import cpe
+
+CPE = "cpe"
+CPE_OUT = "cpe out="
+CPE_TABLE_SAME_VALUES = "cpe table, same values"
+NUMPY = "NumPy"
+NUMPY_F32 = "NumPy f32 arithmetic"
+NUMPY_F64_TO_F32 = "NumPy f64 .astype(f32)"
+TORCH = "PyTorch, 1 thread"
+FLOOR_EMPTY = "floor np.empty(D)"
+FLOOR_NEW = "floor np.empty().fill"
+FLOOR_OUT = "floor out.fill"
+
+# Positions are drawn from [0, POSITION_RANGE), as in the issue.
+POSITION_RANGE = 8192
+# Distinct positions cycled through by single-vector calls: far more than any
+# cache of single results would keep.
+SINGLE_POSITIONS = 4096
+TABLE_STARTS = 64
+POSITION_ARRAYS = 3
+
+
+def atol_f64(max_position: int) -> float:
+    """Largest acceptable difference from cpe for the usual float64 code.
+
+    It rounds w_j to a double, which costs about |p| * 1e-16 radians; these
+    tolerances only need to catch a wrong formula, whose errors are O(1).
+    """
+    return 1e-9 + 1e-14 * max_position
+
+
+def atol_f32(max_position: int) -> float:
+    """For float64 code rounded to float32 at the end: half a float32 ulp, and more."""
+    return 1e-6 + atol_f64(max_position)
+
+
+def atol_f32_arithmetic(max_position: int) -> float:
+    """For float32 arithmetic throughout: about |p| * 1e-7 radians, plus rounding."""
+    return 1e-3 + 4e-7 * max_position
+
+
+def atol_rounded_once(dtype: type, top: int) -> float:
+    """For code that computes in float64 and rounds once to ``dtype``.
+
+    cpe's own out= call is held to this too, not to equality: cpe may take
+    another path once its caches are warm, and differ by an ulp.
+    """
+    return atol_f64(top) if dtype is np.float64 else atol_f32(top)
+
+
+def atol_in_dtype(dtype: type, top: int) -> float:
+    """For code that computes in ``dtype`` throughout."""
+    return atol_f64(top) if dtype is np.float64 else atol_f32_arithmetic(top)
+
+
+def dtype_name(dtype: type) -> str:
+    return np.dtype(dtype).name
+
+
+def short_dtype_name(dtype: type) -> str:
+    return f"f{np.dtype(dtype).itemsize * 8}"
+
+
+def mebibytes(shape: tuple[int, ...], dtype: type) -> float:
+    return float(np.prod(shape)) * np.dtype(dtype).itemsize / 2**20
+
+
+def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
+    """One encoding per call, at a varying position: cpe, NumPy, np.empty(D)."""
+    positions = rng.integers(0, POSITION_RANGE, SINGLE_POSITIONS).tolist()
+    top = POSITION_RANGE
+    names = {
+        "cpe_encode": cpe.positional_encoding,
+        "numpy_single": numpy_single,
+        "np_empty": np.empty,
+        "D": D,
+        "float32": np.float32,
+    }
+    if dtype is np.float64:  # the shortest calls: no dtype argument to parse
+        competitors = [
+            Competitor(CPE, "cpe", "cpe_encode(arg, D)"),
+            Competitor(NUMPY, "rival", "numpy_single(arg, D)", atol_f64(top)),
+            Competitor(FLOOR_EMPTY, "floor", "np_empty(D)"),
+        ]
+    else:
+        competitors = [
+            Competitor(CPE, "cpe", "cpe_encode(arg, D, dtype=float32)"),
+            Competitor(
+                NUMPY_F32,
+                "rival",
+                "numpy_single(arg, D, dtype=float32)",
+                atol_f32_arithmetic(top),
+            ),
+            Competitor(
+                NUMPY_F64_TO_F32,
+                "rival",
+                "numpy_single(arg, D).astype(float32)",
+                atol_f32(top),
+            ),
+            Competitor(FLOOR_EMPTY, "floor", "np_empty(D, float32)"),
+        ]
+    return Group(
+        kind="single",
+        name=f"single {short_dtype_name(dtype)} D={D}",
+        section=f"single vector, {dtype_name(dtype)}: time per call",
+        column=f"D={D}",
+        params={"D": D, "dtype": dtype_name(dtype)},
+        names=names,
+        args=positions,
+        competitors=competitors,
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_EMPTY)],
+    )
+
+
+def table_group(
+    n: int, D: int, dtype: type, rng: np.random.Generator, torch: ModuleType | None
+) -> Group:
+    """(n, D) tables of consecutive positions: cpe new and out=, NumPy, PyTorch, floors."""
+    top = POSITION_RANGE + n
+    names: dict[str, Any] = {
+        "cpe_table": cpe.positional_encoding_table,
+        "numpy_table": numpy_table,
+        "np_empty": np.empty,
+        "n": n,
+        "D": D,
+        "dtype": dtype,
+        "float32": np.float32,
+        "out": np.empty((n, D), dtype),
+    }
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_table(n, D, start=arg, dtype=dtype)"),
+        Competitor(
+            CPE_OUT,
+            "cpe",
+            "cpe_table(n, D, start=arg, dtype=dtype, out=out)",
+            atol_rounded_once(dtype, top),
+        ),
+    ]
+    if dtype is np.float64:
+        competitors.append(Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", atol_f64(top)))
+    else:
+        competitors += [
+            Competitor(
+                NUMPY_F32,
+                "rival",
+                "numpy_table(n, D, arg, float32)",
+                atol_f32_arithmetic(top),
+            ),
+            Competitor(
+                NUMPY_F64_TO_F32,
+                "rival",
+                "numpy_table(n, D, arg).astype(float32)",
+                atol_f32(top),
+            ),
+        ]
+    if torch is not None:
+        from usual_torch import torch_table
+
+        names["torch_table"] = torch_table
+        names["torch_dtype"] = torch.float64 if dtype is np.float64 else torch.float32
+        competitors.append(
+            Competitor(
+                TORCH,
+                "rival",
+                "torch_table(n, D, arg, torch_dtype)",
+                atol_in_dtype(dtype, top),
+            )
+        )
+    competitors += [
+        Competitor(FLOOR_NEW, "floor", "np_empty((n, D), dtype).fill(1.0)"),
+        Competitor(FLOOR_OUT, "floor", "out.fill(1.0)"),
+    ]
+    size = mebibytes((n, D), dtype)
+    return Group(
+        kind="table",
+        name=f"table {short_dtype_name(dtype)} {n}x{D}",
+        section=f"table (n x D), {dtype_name(dtype)}: time per table",
+        column=f"{n}x{D} {size:.3g}MiB",
+        params={"n": n, "D": D, "dtype": dtype_name(dtype), "mebibytes": size},
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW), Ratio(CPE_OUT, FLOOR_OUT)],
+    )
+
+
+def position_ids(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """(batch, seq) position ids: rows of arange at random offsets, then shuffled.
+
+    Shuffling all the ids leaves no run of consecutive positions to exploit:
+    the general path of positional_encoding is what is timed.
+    """
+    batch, seq = shape
+    offsets = rng.integers(0, POSITION_RANGE, (batch, 1))
+    ids = offsets + np.arange(seq)
+    return rng.permutation(ids.reshape(-1)).reshape(shape)
+
+
+def positions_group(shape: tuple[int, int], D: int, dtype: type, rng: np.random.Generator) -> Group:
+    """Arbitrary position ids: cpe new and out=, cpe's table of as many values, NumPy, floors."""
+    full_shape = (*shape, D)
+    rows = shape[0] * shape[1]
+    names = {
+        "cpe_encode": cpe.positional_encoding,
+        "cpe_table": cpe.positional_encoding_table,
+        "numpy_positions": numpy_positions,
+        "np_empty": np.empty,
+        "D": D,
+        "rows": rows,
+        "shape": full_shape,
+        "dtype": dtype,
+        "out": np.empty(full_shape, dtype),
+    }
+    top = POSITION_RANGE + shape[1]
+    atol = atol_in_dtype(dtype, top)
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_encode(arg, D, dtype=dtype)"),
+        Competitor(
+            CPE_OUT,
+            "cpe",
+            "cpe_encode(arg, D, dtype=dtype, out=out)",
+            atol_rounded_once(dtype, top),
+        ),
+        # The same number of output values, as a table: the throughput to match.
+        Competitor(
+            CPE_TABLE_SAME_VALUES,
+            "cpe",
+            "cpe_table(rows, D, start=arg[0, 0], dtype=dtype)",
+        ),
+        Competitor(NUMPY, "rival", "numpy_positions(arg, D, dtype)", atol),
+        Competitor(FLOOR_NEW, "floor", "np_empty(shape, dtype).fill(1.0)"),
+        Competitor(FLOOR_OUT, "floor", "out.fill(1.0)"),
+    ]
+    return Group(
+        kind="positions",
+        name=f"positions {short_dtype_name(dtype)} {shape[0]}x{shape[1]} D={D}",
+        section=f"arbitrary position ids, {dtype_name(dtype)}: time per array",
+        column=f"{shape[0]}x{shape[1]} D={D}",
+        params={
+            "shape": list(shape),
+            "D": D,
+            "dtype": dtype_name(dtype),
+            "mebibytes": mebibytes(full_shape, dtype),
+        },
+        names=names,
+        args=[position_ids(shape, rng) for _ in range(POSITION_ARRAYS)],
+        competitors=competitors,
+        ratios=[
+            Ratio(NUMPY, CPE),
+            Ratio(CPE, CPE_TABLE_SAME_VALUES),
+            Ratio(CPE, FLOOR_NEW),
+            Ratio(CPE_OUT, FLOOR_OUT),
+        ],
+    )
+
+
+def _rivals_over_cpe(competitors: list[Competitor]) -> list[Ratio]:
+    """rival / cpe for every rival: how many times faster cpe is."""
+    return [Ratio(c.label, CPE) for c in competitors if c.role == "rival"]

@@ -1,0 +1,133 @@
+"""The performance issue's targets, checked against the measured ratios.
+
+This is a report, not a gate: a target not met is printed as such and never
+changes the exit status. A target whose competitor did not run (PyTorch not
+installed) is listed as not measured rather than dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cases import (
+    CPE,
+    CPE_OUT,
+    CPE_TABLE_SAME_VALUES,
+    FLOOR_EMPTY,
+    FLOOR_NEW,
+    FLOOR_OUT,
+    NUMPY,
+    NUMPY_F64_TO_F32,
+    TORCH,
+)
+from cold import ColdResult
+from timing import GroupResult, Ratio
+
+# Tables at least this large (MiB) are memory-bound: they are held to the floors.
+LARGE_TABLE_MIB = 32
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One target: a measured ratio compared with ``threshold`` (>= or <=)."""
+
+    description: str
+    threshold: float
+    at_least: bool  # True: met when measured >= threshold; False: when <=
+    measured: float | None  # None: not measured
+    spread: str = ""  # how the measured value varied, in words
+
+    @property
+    def met(self) -> bool | None:
+        if self.measured is None:
+            return None
+        return self.measured >= self.threshold if self.at_least else self.measured <= self.threshold
+
+    @property
+    def goal(self) -> str:
+        return f"{'>=' if self.at_least else '<='} {self.threshold:g}"
+
+
+def _ratio_target(
+    result: GroupResult, ratio: Ratio, threshold: float, at_least: bool
+) -> TargetCheck:
+    description = f"{result.group.name}: {ratio.label}"
+    if not (result.has(ratio.numerator) and result.has(ratio.denominator)):
+        return TargetCheck(description, threshold, at_least, None)
+    spread = result.ratio(ratio)
+    quartiles = f"quartiles {spread.q1:.3g}x - {spread.q3:.3g}x over {result.rounds} rounds"
+    return TargetCheck(description, threshold, at_least, spread.median, quartiles)
+
+
+def _faster(result: GroupResult, rival: str, factor: float) -> TargetCheck:
+    """cpe at least ``factor`` times faster than ``rival``."""
+    return _ratio_target(result, Ratio(rival, CPE), factor, at_least=True)
+
+
+def _within(result: GroupResult, cpe: str, bound: str, factor: float) -> TargetCheck:
+    """``cpe`` takes at most ``factor`` times the time of ``bound``."""
+    return _ratio_target(result, Ratio(cpe, bound), factor, at_least=False)
+
+
+def _single_vector_targets(result: GroupResult) -> list[TargetCheck]:
+    params = result.group.params
+    if params["dtype"] != "float64":
+        return []
+    if params["D"] == 512:
+        return [_faster(result, NUMPY, 30), _within(result, CPE, FLOOR_EMPTY, 2)]
+    if params["D"] == 4096:
+        return [_faster(result, NUMPY, 40)]
+    return []
+
+
+def _table_targets(result: GroupResult) -> list[TargetCheck]:
+    params = result.group.params
+    large = params["mebibytes"] >= LARGE_TABLE_MIB
+    checks = []
+    if params["dtype"] == "float64":
+        if (params["n"], params["D"]) == (512, 512):
+            checks.append(_faster(result, NUMPY, 25))
+        if large:
+            checks.append(_within(result, CPE, FLOOR_NEW, 1.3))
+            checks.append(_within(result, CPE_OUT, FLOOR_OUT, 1.5))
+    elif params["dtype"] == "float32":
+        checks.append(_faster(result, NUMPY_F64_TO_F32, 20))
+        checks.append(_faster(result, TORCH, 5))
+        if large:
+            checks.append(_within(result, CPE, FLOOR_NEW, 1.5))
+            checks.append(_within(result, CPE_OUT, FLOOR_OUT, 1.5))
+    return checks
+
+
+def _positions_targets(result: GroupResult) -> list[TargetCheck]:
+    # Arbitrary positions: within 2x of the table's throughput for as many values.
+    return [_within(result, CPE, CPE_TABLE_SAME_VALUES, 2)]
+
+
+def _cold_target(result: ColdResult) -> TargetCheck:
+    case = result.case
+    processes = min(len(samples) for samples in result.samples_ns.values())
+    return TargetCheck(
+        f"single f64 cold ({case.mode}) {case.size}: {NUMPY} / {CPE}",
+        threshold=1,
+        at_least=True,
+        measured=result.numpy_over_cpe(),
+        spread=f"ratio of medians of {processes} processes each",
+    )
+
+
+_GROUP_TARGETS = {
+    "single": _single_vector_targets,
+    "table": _table_targets,
+    "positions": _positions_targets,
+}
+
+
+def evaluate_targets(groups: list[GroupResult], cold: list[ColdResult]) -> list[TargetCheck]:
+    """Every target that applies to what was run, in the order it was run."""
+    checks = []
+    for result in groups:
+        checks += _GROUP_TARGETS[result.group.kind](result)
+    # The issue sets a cold target for single vectors; cold tables are reported only.
+    checks += [_cold_target(result) for result in cold if result.case.kind == "single"]
+    return checks

@@ -1,0 +1,62 @@
+"""The plain NumPy code a user writes today, which cpe is measured against.
+
+It is the seed formula, vectorized: ``div_term = exp(arange(0, D, 2) * -log(base) / D)``,
+sines into the even columns, cosines into the odd ones. ``dtype`` is the arithmetic
+dtype: float32 here means float32 throughout, the fast but inaccurate route. D must be
+even: for odd D the two halves differ in length and this code fails, as users' does.
+
+This module imports only NumPy: the cold-start subprocesses import it too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.floating[Any]]
+FloatType = type[np.floating[Any]]
+
+
+def numpy_div_term(D: int, base: float = 10000.0, dtype: FloatType = np.float64) -> FloatArray:
+    """The frequencies ``w_j = base ** (-2j / D)`` as the usual code computes them."""
+    return np.exp(np.arange(0, D, 2, dtype=dtype) * dtype(-math.log(base) / D))
+
+
+def numpy_single(
+    position: float, D: int, base: float = 10000.0, dtype: FloatType = np.float64
+) -> FloatArray:
+    """The encoding of one position, shape ``(D,)``."""
+    div_term = numpy_div_term(D, base, dtype)
+    pe = np.zeros(D, dtype)
+    pe[0::2] = np.sin(position * div_term)
+    pe[1::2] = np.cos(position * div_term)
+    return pe
+
+
+def numpy_table(
+    n: int,
+    D: int,
+    start: int = 0,
+    dtype: FloatType = np.float64,
+    base: float = 10000.0,
+) -> FloatArray:
+    """The ``(n, D)`` table of positions ``start .. start + n - 1``."""
+    position = np.arange(start, start + n, dtype=dtype)[:, np.newaxis]
+    div_term = numpy_div_term(D, base, dtype)
+    pe = np.zeros((n, D), dtype)
+    pe[:, 0::2] = np.sin(position * div_term)
+    pe[:, 1::2] = np.cos(position * div_term)
+    return pe
+
+
+def numpy_positions(positions: npt.ArrayLike, D: int, dtype: FloatType = np.float64) -> FloatArray:
+    """The encodings of an array of positions, shape ``positions.shape + (D,)``."""
+    position = np.asarray(positions, dtype)[..., np.newaxis]
+    div_term = numpy_div_term(D, dtype=dtype)
+    pe = np.zeros((*position.shape[:-1], D), dtype)
+    pe[..., 0::2] = np.sin(position * div_term)
+    pe[..., 1::2] = np.cos(position * div_term)
+    return pe
