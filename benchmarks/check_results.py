@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from report import JSON_SCHEMA
+from cpe.benchmark.report import JSON_SCHEMA
 
 TOP_KEYS = ("schema", "environment", "settings", "groups", "cold", "targets", "notes")
 GROUP_KEYS = (

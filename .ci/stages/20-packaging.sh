@@ -150,7 +150,9 @@ echo "repaired: $(basename "$repaired")"
 
 # run_suite PYTHON LABEL INSTALLABLE: a fresh venv, cpe from INSTALLABLE with its
 # test extra, then the suite from a folder outside the source tree; every test
-# must run (a skip would hide, say, a missing compiler for test_cimport).
+# must run (a skip would hide, say, a missing compiler for test_cimport). The
+# comparisons with torch/transformers/diffusers are left to 30-interop.sh, which
+# installs those packages and requires them.
 run_suite() {
     local python=$1 label=$2 installable=$3 venv="$work/venv-$2" outside="$work/outside-$2"
     "$python" -m venv "$venv"
@@ -162,7 +164,8 @@ run_suite() {
     (
         cd "$outside"
         PYTHONPATH="$outside/tests" "$venv/bin/python" -m pytest -q -ra -p no:cacheprovider \
-            --import-mode=importlib --strict-markers -W error --junitxml="$outside/junit.xml" tests
+            --import-mode=importlib --strict-markers -W error --junitxml="$outside/junit.xml" \
+            --ignore=tests/test_interop.py tests
     )
     "$venv/bin/python" - "$outside/junit.xml" "$venv" <<'EOF'
 import pathlib

@@ -12,10 +12,10 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from timing import Competitor, Group, Ratio
-from usual_numpy import numpy_positions, numpy_single, numpy_table
 
 import cpe
+from cpe.benchmark.timing import Competitor, Group, Ratio
+from cpe.benchmark.usual_numpy import numpy_positions, numpy_single, numpy_table
 
 CPE = "cpe"
 CPE_OUT = "cpe out="
@@ -171,7 +171,7 @@ def table_group(
             ),
         ]
     if torch is not None:
-        from usual_torch import torch_table
+        from cpe.benchmark.usual_torch import torch_table
 
         names["torch_table"] = torch_table
         names["torch_dtype"] = torch.float64 if dtype is np.float64 else torch.float32

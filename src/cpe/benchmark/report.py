@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cases import CPE, NUMPY
-from cold import KINDS as COLD_KINDS
-from cold import MODES, ColdResult
-from targets import TargetCheck
-from timing import MIN_SAMPLE_NS, GroupResult
+from cpe.benchmark.cases import CPE, NUMPY
+from cpe.benchmark.cold import KINDS as COLD_KINDS
+from cpe.benchmark.cold import MODES, ColdResult
+from cpe.benchmark.targets import TargetCheck
+from cpe.benchmark.timing import MIN_SAMPLE_NS, GroupResult
 
 JSON_SCHEMA = "cpe-benchmark/1"
 LABEL_WIDTH = 32

@@ -17,28 +17,26 @@ import random
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-from cases import CPE, NUMPY, POSITION_RANGE
-from timing import Spread
+from cpe.benchmark.cases import CPE, NUMPY, POSITION_RANGE
+from cpe.benchmark.timing import Spread
 
 MODES = ("first call", "new base")
 KINDS = ("single", "table")
 IMPLEMENTATIONS = {CPE: "cpe", NUMPY: "numpy"}
 
 # Runs in the fresh process.
-# argv: benchmarks dir, implementation, kind, mode, n, D, position.
+# argv: implementation, kind, mode, n, D, position.
 _FIRST_CALL_SCRIPT = """
 import sys
 import time
 
-sys.path.insert(0, sys.argv[1])
 import numpy
 import cpe
-from usual_numpy import numpy_single, numpy_table
+from cpe.benchmark.usual_numpy import numpy_single, numpy_table
 
-implementation, kind, mode = sys.argv[2:5]
-n, D, position = (int(arg) for arg in sys.argv[5:8])
+implementation, kind, mode = sys.argv[1:4]
+n, D, position = (int(arg) for arg in sys.argv[4:7])
 if kind == "table":
     encode = cpe.positional_encoding_table if implementation == "cpe" else numpy_table
     args, keywords = (n, D), {"start": position}
@@ -86,10 +84,9 @@ class ColdResult:
 
 def time_first_call(implementation: str, case: ColdCase, position: int) -> float:
     """Nanoseconds taken by the one timed call in a fresh process."""
-    bench_dir = str(Path(__file__).resolve().parent)
     arguments = [implementation, case.kind, case.mode, case.n, case.D, position]
     completed = subprocess.run(
-        [sys.executable, "-c", _FIRST_CALL_SCRIPT, bench_dir, *map(str, arguments)],
+        [sys.executable, "-c", _FIRST_CALL_SCRIPT, *map(str, arguments)],
         capture_output=True,
         text=True,
         check=False,

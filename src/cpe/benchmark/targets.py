@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cases import (
+from cpe.benchmark.cases import (
     CPE,
     CPE_OUT,
     CPE_TABLE_SAME_VALUES,
@@ -20,8 +20,8 @@ from cases import (
     NUMPY_F64_TO_F32,
     TORCH,
 )
-from cold import ColdResult
-from timing import GroupResult, Ratio
+from cpe.benchmark.cold import ColdResult
+from cpe.benchmark.timing import GroupResult, Ratio
 
 # Tables at least this large (MiB) are memory-bound: they are held to the floors.
 LARGE_TABLE_MIB = 32

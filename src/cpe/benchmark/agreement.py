@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from timing import Group
+
+from cpe.benchmark.timing import Group
 
 
 class DisagreementError(AssertionError):
