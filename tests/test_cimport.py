@@ -124,7 +124,7 @@ DOWNSTREAM = textwrap.dedent(
         return status
 
 
-    # The example of docs/cython.md, verbatim.
+    # The example of the README's section "Using cpe from Cython", verbatim.
     def encoding_table(float[:, ::1] out, Py_ssize_t start=0, double base=10000.0):
         """Fill ``out[i]`` with the encoding of position ``start + i``; return ``out``."""
         cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
@@ -325,7 +325,9 @@ def test_the_documented_example(downstream: ModuleType) -> None:
     out = np.empty((2048, 512), dtype=np.float32)
     assert downstream.encoding_table(out, start=10) is out
     expected = cpe.positional_encoding_table(2048, 512, start=10, dtype=np.float32)
-    np.testing.assert_array_equal(out, expected)
+    # As documented: within float32 rounding of the Python API (which may take
+    # another, equally accurate, decomposition of the positions).
+    np.testing.assert_allclose(out, expected, rtol=0, atol=6e-8)
     empty = np.empty((0, 4), dtype=np.float32)
     assert downstream.encoding_table(empty) is empty
     with pytest.raises(ValueError, match="status -1"):
@@ -424,3 +426,14 @@ def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleTy
     out = np.full((40, 8), 7.0)
     assert downstream.table_digits(out, 0.0, 1) == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
     np.testing.assert_array_equal(out, 7.0)
+
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+def test_the_readme_example_is_the_code_built_here() -> None:
+    section = README.read_text().split("## Using cpe from Cython", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```cython\n", 1)[1].split("```", 1)[0]
+    body = example[example.index("def encoding_table") :]
+    assert body.strip() in DOWNSTREAM
