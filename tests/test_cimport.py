@@ -431,7 +431,9 @@ def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleTy
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (installed elsewhere)")
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
 def test_the_readme_example_is_the_code_built_here() -> None:
     section = README.read_text().split("## Using cpe from Cython", 1)[1].split("\n## ", 1)[0]
     example = section.split("```cython\n", 1)[1].split("```", 1)[0]

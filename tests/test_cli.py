@@ -91,6 +91,8 @@ def test_table_to_files(tmp_path, suffix):
         (["table", "3", "2", "--convention", "fairseq"], "freq_shift"),
         (["table", "3", "4", "--output", "pe.xlsx"], "--output must end in"),
         (["frobnicate"], "invalid choice"),
+        (["bench", "--only", "nope"], "unknown kind"),
+        (["bench", "--rounds", "0"], "--rounds must be >= 1"),
         ([], "required"),
     ],
 )

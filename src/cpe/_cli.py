@@ -20,7 +20,7 @@ from cpe._conventions import CONVENTIONS
 PLOT_HINT = "cpe plot needs matplotlib: pip install 'cpe-encodings[plot]'"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, no usage dump: the usage is one `--help` away.
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -70,10 +70,12 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cpe", description="Fast, exact sinusoidal positional encodings.")
+    parser = OneLineErrorParser(
+        prog="cpe", description="Fast, exact sinusoidal positional encodings."
+    )
     parser.add_argument("--version", action="version", version=f"cpe {cpe.__version__}")
     commands = parser.add_subparsers(
-        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+        dest="command", required=True, parser_class=OneLineErrorParser, metavar="COMMAND"
     )
 
     encode = commands.add_parser(
@@ -125,13 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--start", type=int, default=0, help="first position (default 0)")
     _encoding_options(plot)
 
-    bench = commands.add_parser(
-        "bench",
-        help="side-by-side benchmark against NumPy (and PyTorch)",
-        description="Run the side-by-side benchmark and print its table.",
+    # Listed here for `cpe --help`; main() hands `cpe bench ...` to the benchmark's
+    # own parser, which has every option (`cpe bench --help`).
+    commands.add_parser(
+        "bench", help="side-by-side benchmark against NumPy (and PyTorch)", add_help=False
     )
-    bench.add_argument("--quick", action="store_true", help="a short run (under a minute)")
-    bench.add_argument("--json", type=pathlib.Path, help="also write the results as JSON")
     return parser
 
 
@@ -219,6 +219,11 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        from cpe.benchmark import run
+
+        return run.main(argv[1:], prog="cpe bench")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -235,12 +240,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(table, args.format, args.output)
         elif args.command == "plot":
             return _plot(args)
-        else:
-            from cpe import benchmark
-
-            return benchmark.main(
-                ["--quick"] * args.quick + (["--json", str(args.json)] if args.json else [])
-            )
     except (TypeError, ValueError, OverflowError, MemoryError, OSError) as exc:
         parser.exit(2, f"cpe {args.command}: error: {exc}\n")
     return 0

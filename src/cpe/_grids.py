@@ -19,6 +19,7 @@ from cpe._core import (
     _check_out,
     _check_real,
     positional_encoding,
+    positional_encoding_table,
 )
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
@@ -35,10 +36,25 @@ def _axis(
     size: int, step: float, width: int, base: float, dtype: np.dtype[Any]
 ) -> npt.NDArray[np.floating[Any]]:
     """``[sin | cos]`` encodings (width ``width``) of the coordinates ``i * step``."""
-    coordinates = np.arange(size, dtype=np.float64)
-    if step != 1.0:
-        coordinates = coordinates * step
+    if step == 1.0:  # integer coordinates: the table kernel, far fewer libm calls
+        return positional_encoding_table(size, width, base=base, dtype=dtype, layout="sin_cos")
+    coordinates = np.arange(size, dtype=np.float64) * step
     return positional_encoding(coordinates, width, base=base, dtype=dtype, layout="sin_cos")
+
+
+def _axes(
+    rows: int,
+    columns: int,
+    steps: tuple[float, float],
+    width: int,
+    base: float,
+    dtype: np.dtype[Any],
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
+    """The encodings of both axes; computed once when the axes share their coordinates."""
+    if steps[0] == steps[1]:
+        both = _axis(max(rows, columns), steps[0], width, base, dtype)
+        return both[:rows], both[:columns]
+    return _axis(rows, steps[0], width, base, dtype), _axis(columns, steps[1], width, base, dtype)
 
 
 def sincos_2d(
@@ -124,8 +140,8 @@ def sincos_2d(
     step_h = (1.0 if size is None or not rows else size / rows) / scale
     step_w = (1.0 if size is None or not columns else size / columns) / scale
     half, quarter = width // 2, width // 4
-    enc_h = _axis(rows, step_h, half, b, dt)[:, None, :]
-    enc_w = _axis(columns, step_w, half, b, dt)[None, :, :]
+    enc_h, enc_w = _axes(rows, columns, (step_h, step_w), half, b, dt)
+    enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
     result[:extra] = 0
     grid = result[extra:].reshape(rows, columns, width)
     if layout == "mae":

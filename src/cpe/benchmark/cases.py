@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 import cpe
+from cpe import _reference
 from cpe.benchmark.timing import Competitor, Group, Ratio
-from cpe.benchmark.usual_numpy import numpy_positions, numpy_single, numpy_table
+from cpe.benchmark.usual_numpy import numpy_positions, numpy_rope, numpy_single, numpy_table
 
 CPE = "cpe"
 CPE_OUT = "cpe out="
@@ -24,6 +25,7 @@ NUMPY = "NumPy"
 NUMPY_F32 = "NumPy f32 arithmetic"
 NUMPY_F64_TO_F32 = "NumPy f64 .astype(f32)"
 TORCH = "PyTorch, 1 thread"
+MAE = "MAE's NumPy code"
 FLOOR_EMPTY = "floor np.empty(D)"
 FLOOR_NEW = "floor np.empty().fill"
 FLOOR_OUT = "floor out.fill"
@@ -268,6 +270,86 @@ def positions_group(shape: tuple[int, int], D: int, dtype: type, rng: np.random.
             Ratio(CPE, FLOOR_NEW),
             Ratio(CPE_OUT, FLOOR_OUT),
         ],
+    )
+
+
+def grid_group(size: int, D: int) -> Group:
+    """A size x size grid of ViT patches (float64): cpe.sincos_2d, MAE's code, the floor.
+
+    The argument is the number of class tokens (0 or 1), which MAE supports too.
+    """
+    names = {"cpe_grid": cpe.sincos_2d, "mae_2d": _reference.mae_2d, "np_empty": np.empty}
+    names.update({"size": size, "D": D})
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_grid(size, size, D, extra_tokens=arg)"),
+        Competitor(MAE, "rival", "mae_2d(D, size, cls_token=arg == 1)", atol_f64(size)),
+        Competitor(FLOOR_NEW, "floor", "np_empty((size * size + arg, D)).fill(1.0)"),
+    ]
+    return Group(
+        kind="grid",
+        name=f"grid f64 {size}x{size} D={D}",
+        section="2-D grid (sincos_2d), float64: time per grid",
+        column=f"{size}x{size} D={D} {mebibytes((size * size, D), np.float64):.0f}MiB",
+        params={
+            "size": size,
+            "D": D,
+            "dtype": "float64",
+            "mebibytes": mebibytes((size * size, D), np.float64),
+        },
+        names=names,
+        args=[0, 1],
+        competitors=competitors,
+        ratios=[Ratio(MAE, CPE), Ratio(CPE, FLOOR_NEW)],
+    )
+
+
+ROPE_BASE = 500000.0  # Llama 3's theta
+
+
+def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
+    """Rotary (cos, sin) caches in float32: cpe.rope_cos_sin, HF Llama's formula, the floor."""
+    names = {
+        "cpe_rope": cpe.rope_cos_sin,
+        "numpy_rope": numpy_rope,
+        "np_empty": np.empty,
+        "n": n,
+        "head_dim": head_dim,
+        "base": ROPE_BASE,
+        "float32": np.float32,
+        "float64": np.float64,
+    }
+    top = POSITION_RANGE + n
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32)"),
+        Competitor(
+            NUMPY_F32,
+            "rival",
+            "numpy_rope(n, head_dim, base, arg, float32)",
+            atol_f32_arithmetic(top),
+        ),
+        Competitor(
+            NUMPY_F64_TO_F32,
+            "rival",
+            "[a.astype(float32) for a in numpy_rope(n, head_dim, base, arg, float64)]",
+            atol_f32(top),
+        ),
+        Competitor(FLOOR_NEW, "floor", "np_empty((2, n, head_dim), float32).fill(1.0)"),
+    ]
+    return Group(
+        kind="rope",
+        name=f"rope f32 {n}x{head_dim}",
+        section=f"rotary cos/sin tables (rope_cos_sin), float32, base {ROPE_BASE:g}: time per pair",
+        column=f"{n}x{head_dim} {2 * mebibytes((n, head_dim), np.float32):.0f}MiB",
+        params={
+            "n": n,
+            "head_dim": head_dim,
+            "dtype": "float32",
+            "mebibytes": 2 * mebibytes((n, head_dim), np.float32),
+        },
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW)],
     )
 
 

@@ -24,15 +24,22 @@ from types import ModuleType
 
 import numpy as np
 
+from cpe._cli import OneLineErrorParser
 from cpe.benchmark.agreement import check_agreement
-from cpe.benchmark.cases import positions_group, single_vector_group, table_group
+from cpe.benchmark.cases import (
+    grid_group,
+    positions_group,
+    rope_group,
+    single_vector_group,
+    table_group,
+)
 from cpe.benchmark.cold import cold_cases, measure_cold
 from cpe.benchmark.environment import describe_environment
 from cpe.benchmark.report import format_report, report_json
 from cpe.benchmark.targets import evaluate_targets
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
-KINDS = ("single", "table", "positions", "cold")
+KINDS = ("single", "table", "positions", "grid", "rope", "cold")
 DTYPES = (np.float64, np.float32)
 
 
@@ -44,6 +51,8 @@ class Plan:
     table_sizes: tuple[tuple[int, int], ...]
     position_shapes: tuple[tuple[int, int], ...]
     position_width: int
+    grids: tuple[tuple[int, int], ...]  # (size, D) of a size x size grid
+    ropes: tuple[tuple[int, int], ...]  # (n, head_dim)
     cold_widths: tuple[int, ...]
     cold_tables: tuple[tuple[int, int], ...]
     cold_processes: int
@@ -59,6 +68,8 @@ FULL = Plan(
     table_sizes=((512, 512), (2048, 1024), (8192, 1024), (65536, 512)),
     position_shapes=((32, 2048),),
     position_width=512,
+    grids=((14, 768), (64, 1024)),
+    ropes=((8192, 128), (65536, 128)),
     cold_widths=(4, 64, 512, 4096),
     cold_tables=((512, 512), (2048, 1024)),
     cold_processes=7,
@@ -73,6 +84,8 @@ QUICK = Plan(
     table_sizes=((512, 512), (8192, 1024)),
     position_shapes=((8, 2048),),
     position_width=512,
+    grids=((14, 768),),
+    ropes=((8192, 128),),
     cold_widths=(512,),
     cold_tables=((512, 512),),
     cold_processes=3,
@@ -104,9 +117,9 @@ def progress(line: str) -> None:
     sys.stderr.flush()
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
+    parser = OneLineErrorParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--quick",
@@ -210,6 +223,10 @@ def build_groups(
             positions_group(shape, plan.position_width, np.float64, rng)
             for shape in plan.position_shapes
         ]
+    if "grid" in kinds:
+        groups += [grid_group(size, D) for size, D in plan.grids]
+    if "rope" in kinds:
+        groups += [rope_group(n, head_dim, rng) for n, head_dim in plan.ropes]
     return groups
 
 
@@ -227,8 +244,8 @@ def run_groups(groups: list[Group], plan: Plan, rng: random.Random) -> list[Grou
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     plan = choose_plan(args)
     # PyTorch competes on tables only.
     torch, torch_note = import_torch(not args.no_torch) if "table" in args.only else (None, None)

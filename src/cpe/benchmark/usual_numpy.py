@@ -60,3 +60,12 @@ def numpy_positions(positions: npt.ArrayLike, D: int, dtype: FloatType = np.floa
     pe[..., 0::2] = np.sin(position * div_term)
     pe[..., 1::2] = np.cos(position * div_term)
     return pe
+
+
+def numpy_rope(n: int, head_dim: int, base: float, start: int, dtype: Any = np.float32) -> Any:
+    """The rotary cache as HF Llama builds it (cos, sin; "half" layout), in ``dtype``."""
+    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(dtype) / head_dim))
+    t = np.arange(start, start + n, dtype=dtype)
+    freqs = np.outer(t, inv_freq.astype(dtype))
+    emb = np.concatenate((freqs, freqs), axis=-1)
+    return np.cos(emb), np.sin(emb)
