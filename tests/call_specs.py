@@ -311,7 +311,11 @@ class Parameter:
 
 
 def _as_float64(position: Any) -> np.ndarray:
-    return np.array(position, dtype=np.float64)
+    a = np.asarray(position)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"not real positions: {a.dtype}")
+    with np.errstate(over="ignore"):  # long doubles beyond the float64 range
+        return a.astype(np.float64)
 
 
 PARAMETERS: dict[str, Parameter] = {
