@@ -221,9 +221,10 @@ KNOWN_BUGS: tuple[KnownBug, ...] = (
              "a position array with NumPy's maximum number of dimensions fails in np.empty "
              "with a ValueError that does not name position", _max_ndim_applies, _max_ndim_reproduce),
     KnownBug("broadcast-positions-copied-first",
-             "positions are validated and copied to float64 before the output size or out= "
+             "positions are scanned and copied to float64 before the output size or out= "
              "is checked: a zero-stride view of 4M positions costs a 32 MiB copy before "
-             "'out must have shape' (8 GiB for 2**30 positions)",
+             "'out must have shape'; 2**30 positions cost 8 GiB and 16 s before 'too large', "
+             "and np.broadcast_to(np.int8(0), (2**31, 2**31)) never returns (arr.max())",
              _broadcast_copy_applies, _broadcast_copy_reproduce),
 )
 
