@@ -443,8 +443,9 @@ class OutCase:
             return True
         view = np.asarray(self.value)
         start = view.__array_interface__["data"][0] - self.owner.__array_interface__["data"][0]
-        low = start + sum(min(0, s * (n - 1)) for s, n in zip(view.strides, view.shape))
-        high = start + sum(max(0, s * (n - 1)) for s, n in zip(view.strides, view.shape)) + view.itemsize
+        reach = [s * (n - 1) for s, n in zip(view.strides, view.shape, strict=True)]
+        low = start + sum(min(0, r) for r in reach)
+        high = start + sum(max(0, r) for r in reach) + view.itemsize
         if view.size == 0:
             low = high = start
         return bool(np.array_equal(self.owner[:low], self.before[:low])
@@ -464,8 +465,10 @@ def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
         return OutCase(kind, view, owner, owner.copy())
     if isinstance(view, np.ndarray):
         return OutCase(kind, view, None, view.tobytes())
-    if isinstance(view, (list, bytearray, array.array)):
-        return OutCase(kind, view, None, type(view)(view) if not isinstance(view, array.array) else array.array(view.typecode, view))
+    if isinstance(view, array.array):
+        return OutCase(kind, view, None, array.array(view.typecode, view))
+    if isinstance(view, (list, bytearray)):
+        return OutCase(kind, view, None, type(view)(view))
     return OutCase(kind, view, None, None)
 
 
