@@ -431,7 +431,7 @@ class OutCase:
     def unchanged(self) -> bool:
         if self.owner is not None:
             return bool(np.array_equal(self.owner, self.before))
-        if isinstance(self.value, np.ndarray):
+        if isinstance(self.value, (np.ndarray, memoryview)):
             return self.value.tobytes() == self.before
         if isinstance(self.value, (list, bytearray, array.array)):
             return bool(self.value == self.before)
@@ -463,7 +463,7 @@ def _owned(shape: tuple[int, ...], dtype: Any, offset: int = 0) -> tuple[np.ndar
 def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
     if owner is not None:
         return OutCase(kind, view, owner, owner.copy())
-    if isinstance(view, np.ndarray):
+    if isinstance(view, (np.ndarray, memoryview)):
         return OutCase(kind, view, None, view.tobytes())
     if isinstance(view, array.array):
         return OutCase(kind, view, None, array.array(view.typecode, view))

@@ -74,7 +74,7 @@ def _empty_huge_width_applies(spec: CallSpec, args: Mapping[str, Any], out: OutC
     try:
         shape = spec.shape(spec.oracle_arguments(args))
     except Exception:
-        return True  # cannot tell: step over it
+        return False  # another argument is invalid: cpe rejects it before any frequency
     return math.prod(shape[:-1]) == 0
 
 
