@@ -60,6 +60,11 @@ def _subnormal_base_applies(spec: CallSpec, args: Mapping[str, Any], out: OutCas
     return base is not None and 0.0 < base < 6e-309 and width is not None and width >= 3
 
 
+def cache_key_hits_known_bug(key: tuple[Any, ...]) -> bool:
+    """A frequency-cache entry (n_freq, base, den, scale) made by this bug: NaN, and cached."""
+    return 0.0 < key[1] < 6e-309 and key[0] >= 2
+
+
 def _subnormal_base_reproduce() -> None:
     # sin(0) = 0 and cos(0) = 1 for every frequency; cpe returns [0, 1, nan, nan].
     np.testing.assert_array_equal(cpe.positional_encoding(0, 4, base=5e-309), [0.0, 1.0, 0.0, 1.0])

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import known_bugs
 from call_specs import SPEC_IDS, SPECS, CallSpec, RandomChooser, draw_call, pick
 from cpe import _core
 
@@ -76,6 +77,8 @@ def cache_entries_are_consistent() -> list[str]:
         problems.append(f"_cache_bytes {total} != bytes held {sum(w.nbytes for _, w in entries)}")
     for key, w in entries:
         n_freq, base, den, scale = key  # the (n_freq, base, exponent_den, scale) key of _frequencies
+        if known_bugs.cache_key_hits_known_bug(key):
+            continue  # test_known_bugs left it there
         if w.flags.writeable or w.shape != (2, n_freq):
             problems.append(f"entry {key}: writeable={w.flags.writeable} shape={w.shape}")
             continue
