@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# Helpers shared by .ci/stages/*.sh (sourced, not run).
+
+# copy_tree SRC DEST: the working tree without build outputs or git data, so that a
+# variant build never touches (nor reuses) the main tree's objects.
+copy_tree() {
+    mkdir -p "$2"
+    tar -C "$1" --exclude=./build --exclude=./.git --exclude='./.venv*' --exclude='*.so' \
+        --exclude='./src/cpe/*.c' --exclude='./src/cpe/*.html' --exclude=./.hypothesis \
+        --exclude=./.pytest_cache -cf - . | tar -C "$2" -xf -
+}
+
+# requirements PYTHON: cpe's build requirements, run-time dependencies and [test]
+# extra, one per line, read from pyproject.toml (so that they never drift).
+requirements() {
+    "$1" - <<'PY'
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)
+wanted = project["build-system"]["requires"] + project["project"]["dependencies"]
+wanted += project["project"]["optional-dependencies"]["test"]
+print("\n".join(wanted))
+PY
+}
+
+# venv_with_requirements PYTHON DIR: a fresh venv at DIR holding requirements().
+venv_with_requirements() {
+    "$1" -m venv "$2"
+    "$2/bin/python" -m pip install -q --upgrade pip
+    requirements "$2/bin/python" > "$2/requirements.txt"
+    "$2/bin/python" -m pip install -q -r "$2/requirements.txt"
+}
+
+# install_cpe VENV_DIR SRC_DIR: build and install cpe from SRC_DIR into the venv with
+# the current CFLAGS/LDFLAGS/CPE_CYTHON_CHECKS, from scratch (no stale objects or C).
+install_cpe() {
+    (cd "$2" && rm -rf build src/cpe/*.c src/cpe/*.so \
+        && "$1/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall .)
+}

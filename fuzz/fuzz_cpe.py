@@ -1,0 +1,78 @@
+"""Coverage-guided fuzzing of every public function of cpe with atheris.
+
+Each input is decoded by a FuzzedDataProvider into one call: a function from
+tests/call_specs.py's SPECS, a mode (all arguments valid / one hostile / all
+hostile) and the arguments themselves, built by the same makers as the property
+tests. tests/contract.py then checks it: a result must match cpe._reference, an
+error must be TypeError/ValueError/OverflowError/MemoryError naming the argument,
+a rejected out= must be unchanged, a valid call must succeed, and no warning may
+escape. Any other outcome, or a crash, is a finding: atheris prints it and saves
+the input (replay it with ``python fuzz/fuzz_cpe.py CRASH_FILE``).
+
+Calls that would only hit a bug listed in tests/known_bugs.py are skipped.
+
+    pip install atheris
+    python fuzz/fuzz_cpe.py -max_total_time=60 [CORPUS_DIR]
+
+Only the Python layers (the harness, the makers, the contract) are instrumented for
+coverage; the compiled extension is exercised but not instrumented (that needs a
+clang build with -fsanitize=fuzzer-no-link).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import atheris
+import numpy  # noqa: F401  (imported first so that only our own modules are instrumented)
+import pytest  # noqa: F401  (known_bugs uses it)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+
+with atheris.instrument_imports():
+    import call_specs
+    import contract
+    import known_bugs
+
+import cpe  # noqa: E402  (compiled: not instrumented)
+
+
+class FuzzChooser:
+    """The call_specs.Chooser interface over a FuzzedDataProvider."""
+
+    def __init__(self, fdp: atheris.FuzzedDataProvider) -> None:
+        self.fdp = fdp
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.fdp.ConsumeIntInRange(lo, hi)
+
+    def uniform(self, lo: float, hi: float) -> float:
+        return self.fdp.ConsumeFloatInRange(lo, hi)
+
+    def real(self) -> float:
+        return self.fdp.ConsumeFloat()  # NaN, infinities and subnormals included
+
+
+def test_one_input(data: bytes) -> None:
+    c = FuzzChooser(atheris.FuzzedDataProvider(data))
+    spec = call_specs.pick(c, call_specs.SPECS)
+    mode = call_specs.pick(c, call_specs.HOSTILE_MODES)
+    args, out, blame = call_specs.draw_call(c, spec, mode)
+    if known_bugs.hit(spec, args, out) is not None:
+        return
+    outcome = contract.check_call(spec, args, out, blame)
+    if mode == "valid" and isinstance(outcome, BaseException):
+        raise AssertionError(f"valid call {spec.name}({args!r}) rejected: {outcome!r}")
+
+
+def main() -> None:
+    warnings.simplefilter("error")  # a warning escaping cpe is a finding
+    print(f"fuzzing cpe {cpe.__version__} from {os.path.dirname(cpe.__file__)}", flush=True)
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

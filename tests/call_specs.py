@@ -1,0 +1,620 @@
+"""The public API of cpe as data, and makers of arbitrary arguments for it.
+
+Every reliability suite (test_properties, test_threads, test_leaks, test_huge,
+test_known_bugs and fuzz/fuzz_cpe.py) builds its calls from the two tables here:
+
+* ``SPECS``: one ``CallSpec`` per public function;
+* ``PARAMETERS``: one ``Parameter`` per argument name (``out=`` is built apart,
+  because its value depends on the output the other arguments ask for).
+
+A new keyword is one ``PARAMETERS`` line plus its name in the ``keywords`` of the
+functions that take it; a new function is one ``SPECS`` line (and
+``test_every_public_function_has_a_call_spec`` fails until it exists). The oracle
+``cpe._reference`` is called with the same names.
+
+Values are drawn through a ``Chooser`` so that the same makers serve Hypothesis
+(shrinkable draws), atheris (a FuzzedDataProvider) and seeded ``random`` (threads,
+leaks). Sizes stay small (at most 64 positions, D <= 70) or are so large that no
+machine can allocate them (8 * D >= 2**57 bytes, beyond any address space), so no
+maker ever asks for more than a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import operator
+import random
+import struct
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+import cpe
+from cpe import _reference
+
+T = TypeVar("T")
+LIMIT = 2**53  # largest exact integer position
+NO_OUT = object()  # "out= not passed", as distinct from out=None
+
+
+# ---- where the randomness comes from ----
+
+
+class Chooser(Protocol):
+    def integer(self, lo: int, hi: int) -> int: ...  # lo <= x <= hi
+    def uniform(self, lo: float, hi: float) -> float: ...  # finite, lo <= x <= hi
+    def real(self) -> float: ...  # any double: NaN, +-inf, subnormal, huge
+
+
+def pick(c: Chooser, options: Sequence[T]) -> T:
+    return options[c.integer(0, len(options) - 1)]
+
+
+def one_of(c: Chooser, *makers: Callable[[Chooser], Any]) -> Any:
+    return pick(c, makers)(c)
+
+
+SPECIAL_REALS = (0.0, -0.0, 1.0, -1.5, math.nan, math.inf, -math.inf, 5e-324,
+                 2.2250738585072014e-308, 1e-300, 1.7976931348623157e308, 2.0**53, 1e300)
+
+
+class RandomChooser:
+    """Seeded, for suites that need many reproducible calls without Hypothesis."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def uniform(self, lo: float, hi: float) -> float:
+        return self.rng.uniform(lo, hi)
+
+    def real(self) -> float:
+        r = self.rng.random()
+        if r < 0.25:
+            return self.rng.choice(SPECIAL_REALS)
+        if r < 0.6:
+            return self.rng.uniform(-1e6, 1e6)
+        return struct.unpack("<d", self.rng.getrandbits(64).to_bytes(8, "little"))[0]
+
+
+# ---- argument makers: valid (must be accepted) and hostile (anything) ----
+
+
+class Index:
+    """A user type that is an integer only through __index__."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Index({self.value})"
+
+
+def _quiet_cast(value: Any, dtype: Any) -> Any:
+    # NumPy warns when a cast overflows; the overflow is the point here.
+    with np.errstate(all="ignore"):
+        return np.asarray(value).astype(dtype)[()]
+
+
+def _finite(c: Chooser, bound: float) -> float:
+    x = c.real()
+    if not math.isfinite(x):
+        return 0.0
+    return x if abs(x) <= bound else math.fmod(x, bound)
+
+
+INTEGER_DTYPES = ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", ">i2", ">i8", ">u4")
+FLOAT_DTYPES = ("f8", "f4", "f2", ">f4", ">f8", "g")  # g: long double
+OTHER_DTYPES = ("?", "c16", "O", "U3", "M8[D]", "m8[s]", "V8")
+
+
+def _shape(c: Chooser) -> tuple[int, ...]:
+    return tuple(c.integer(0, 4) for _ in range(c.integer(0, 3)))
+
+
+def _valid_element(c: Chooser, dtype: np.dtype) -> Any:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = max(int(info.min), -LIMIT), min(int(info.max), LIMIT)
+        return one_of(c, lambda c: c.integer(max(lo, -1000), min(hi, 1000)),
+                      lambda c: c.integer(lo, hi))
+    widest = min(1e300, float(np.finfo(dtype).max) / 2)
+    return one_of(c, lambda c: c.uniform(-min(widest, 1e6), min(widest, 1e6)),
+                  lambda c: float(c.integer(-1000, 1000)),
+                  lambda c: _finite(c, widest))
+
+
+def _strided(a: np.ndarray) -> np.ndarray:
+    if a.ndim == 0:
+        return a
+    big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    big[..., ::2] = a
+    return big[..., ::2]
+
+
+def _reversed(a: np.ndarray) -> np.ndarray:
+    return a if a.ndim == 0 else a[::-1].copy()[::-1]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    b = a.copy()
+    b.flags.writeable = False
+    return b
+
+
+def _broadcast(a: np.ndarray) -> np.ndarray:
+    if a.ndim == 0 or a.size == 0:
+        return a
+    return np.broadcast_to(a[..., :1], a.shape)  # zero stride on the last axis
+
+
+LAYOUTS: tuple[Callable[[np.ndarray], np.ndarray], ...] = (
+    lambda a: a, np.asfortranarray, _strided, _reversed, _read_only, _broadcast)
+
+
+def _array(c: Chooser, dtype: Any, element: Callable[[Chooser, np.dtype], Any]) -> np.ndarray:
+    dt = np.dtype(dtype)
+    shape = _shape(c)
+    flat = [element(c, dt) for _ in range(math.prod(shape))]
+    a = np.array([_quiet_cast(x, dt) for x in flat], dtype=dt).reshape(shape)
+    return pick(c, LAYOUTS)(a)
+
+
+def _nested(c: Chooser, rows: int, columns: int) -> list[list[float]]:
+    return [[c.uniform(-1e4, 1e4) for _ in range(columns)] for _ in range(rows)]
+
+
+def valid_positions(c: Chooser) -> Any:
+    return one_of(
+        c,
+        lambda c: c.integer(-1000, 1000),
+        lambda c: c.integer(-LIMIT, LIMIT),
+        lambda c: _finite(c, 1e300),
+        lambda c: _array(c, pick(c, INTEGER_DTYPES + FLOAT_DTYPES), _valid_element),
+        lambda c: [c.integer(-1000, 1000) for _ in range(c.integer(0, 5))],
+        lambda c: _nested(c, c.integer(1, 3), c.integer(0, 3)),
+        lambda c: array.array("d", [c.uniform(-1e4, 1e4) for _ in range(c.integer(0, 4))]),
+    )
+
+
+def _any_element(c: Chooser, dtype: np.dtype) -> Any:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return c.integer(int(info.min), int(info.max))
+    if dtype.kind == "f":
+        return c.real()
+    return 0
+
+
+BAD_POSITIONS = (
+    True, np.False_, None, "3", b"3", 1 + 2j, Fraction(1, 3), Decimal("1.5"), object(),
+    LIMIT + 1, -LIMIT - 1, 2**63, 2**64, -(10**30), math.nan, math.inf, -math.inf,
+    np.longdouble("1e400"), -np.longdouble("1e4000"), np.float16(np.inf),
+    [[1, 2], [3]], [1, None], [True, 2], [], [[]], [1, "a"], [2**64], [1.0, math.nan],
+    [[1], [2.5]], {1: 2}, {1, 2}, range(3), b"", memoryview(b"abc"),
+)
+
+
+def hostile_positions(c: Chooser) -> Any:
+    return one_of(
+        c,
+        valid_positions,
+        lambda c: pick(c, BAD_POSITIONS),
+        lambda c: c.real(),
+        lambda c: _quiet_cast(c.real(), pick(c, FLOAT_DTYPES)),
+        lambda c: _array(c, pick(c, INTEGER_DTYPES + FLOAT_DTYPES), _any_element),
+        lambda c: _array(c, pick(c, OTHER_DTYPES), _any_element),
+        lambda c: memoryview(np.arange(float(c.integer(0, 4)))),
+    )
+
+
+HUGE_COUNTS = (2**54, 2**57, 2**60 - 1, 2**60, 2**61, 2**62, 2**63 - 1, 2**63, 2**64, 10**30)
+BAD_COUNTS = (True, False, np.True_, None, 4.0, 4.5, math.nan, math.inf, "4", b"4", [4], (4,),
+              4 + 0j, Fraction(4), Decimal(4), np.float64(4.0), np.array([4]), object())
+
+
+def _integer_like(c: Chooser, x: int) -> Any:
+    return pick(c, (int, np.int64, np.int16, np.array, Index))(x)
+
+
+def _hostile_count(valid: Callable[[Chooser], int]) -> Callable[[Chooser], Any]:
+    return lambda c: one_of(
+        c,
+        valid,
+        lambda c: c.integer(-5, 70),
+        lambda c: pick(c, HUGE_COUNTS),
+        lambda c: -pick(c, HUGE_COUNTS),
+        lambda c: pick(c, BAD_COUNTS),
+        lambda c: _integer_like(c, c.integer(-3, 70)),
+        lambda c: np.uint64(pick(c, (2**63, 2**64 - 1))),
+    )
+
+
+def valid_width(c: Chooser) -> int:
+    return c.integer(1, 64)
+
+
+def valid_rows(c: Chooser) -> int:
+    return c.integer(0, 40)  # > 16 rows takes the angle-addition path
+
+
+def valid_start(c: Chooser) -> Any:
+    return one_of(
+        c,
+        lambda c: c.integer(-1000, 1000),
+        lambda c: c.integer(-(10**6), 10**6),
+        lambda c: c.integer(-LIMIT, -LIMIT + 100),
+        lambda c: c.integer(LIMIT - 200, LIMIT - 100),  # start + n stays <= 2**53
+        lambda c: _integer_like(c, c.integer(-100, 100)),
+    )
+
+
+BAD_STARTS = (LIMIT + 1, -LIMIT - 1, 2**63, -(2**64), 10**30, True, np.False_, 1.0, 1.5,
+              math.nan, "0", None, [0], np.float64(0.0), np.uint64(2**64 - 1), object())
+
+
+def hostile_start(c: Chooser) -> Any:
+    return one_of(c, valid_start, lambda c: pick(c, BAD_STARTS), lambda c: c.integer(-(2**64), 2**64))
+
+
+GOOD_BASES = (10000.0, 10000, 2.0, 1.0, 0.5, 1e6, 500000.0, np.float32(10000.0), np.float64(10.0),
+              np.int64(10), np.uint16(100), Fraction(10000), np.array(10000.0), np.array(100))
+BAD_BASES = (0, 0.0, -0.0, -1, -1e-300, 10**400, -(10**400), True, np.bool_(False), None, "1e4",
+             b"1e4", 1j, [1e4], (1e4,), np.array([1e4]), np.array(True), Decimal("1e4"), object(),
+             np.longdouble("1e400"), np.float16(np.inf), np.float64(np.nan), math.inf)
+
+
+def valid_base(c: Chooser) -> Any:
+    return one_of(c, lambda c: c.uniform(0.5, 1e6), lambda c: pick(c, GOOD_BASES))
+
+
+def hostile_base(c: Chooser) -> Any:
+    return one_of(c, valid_base, lambda c: c.real(), lambda c: pick(c, BAD_BASES))
+
+
+GOOD_DTYPES = (np.float64, np.float32, np.float16, "float64", "float32", "float16", "f8", "f4",
+               "f2", "<f8", "=f4", "d", "e", float, None, np.dtype("f4"),
+               np.dtype("f8", metadata={"unit": "radian"}))
+BAD_DTYPES = (">f8", ">f4", "int8", np.int32, "complex128", "banana", "", object, np.longdouble,
+              "V8", "O", "S8", np.dtype([("a", "f8")]), 3, 1.5, [], "M8[D]", "(2)f8",
+              "f8,,", ("f8", -1))
+
+
+def valid_dtype(c: Chooser) -> Any:
+    return pick(c, GOOD_DTYPES)
+
+
+def hostile_dtype(c: Chooser) -> Any:
+    return one_of(c, valid_dtype, lambda c: pick(c, BAD_DTYPES))
+
+
+# ---- the tables ----
+
+
+@dataclass(frozen=True)
+class Parameter:
+    valid: Callable[[Chooser], Any]  # a value every call must accept
+    hostile: Callable[[Chooser], Any]  # any value, valid ones included
+    words: tuple[str, ...]  # an error about this argument names one of these
+    to_oracle: Callable[[Any], Any] | None  # how cpe._reference takes it (None: not at all)
+
+
+def _as_float64(position: Any) -> np.ndarray:
+    a = np.asarray(position)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"not real positions: {a.dtype}")
+    with np.errstate(over="ignore"):  # long doubles beyond the float64 range
+        return a.astype(np.float64)
+
+
+PARAMETERS: dict[str, Parameter] = {
+    "position": Parameter(valid_positions, hostile_positions, ("position",), _as_float64),
+    "n": Parameter(valid_rows, _hostile_count(valid_rows), ("n", "output"), operator.index),
+    "D": Parameter(valid_width, _hostile_count(valid_width), ("D", "output"), operator.index),
+    "start": Parameter(valid_start, hostile_start, ("start",), operator.index),
+    # "position * frequency overflows": the product of a position and a frequency.
+    "base": Parameter(valid_base, hostile_base, ("base", "frequency"), float),
+    "dtype": Parameter(valid_dtype, hostile_dtype, ("dtype",), None),
+}
+OUT_WORDS = ("out",)
+
+
+def angle_factor(D: int, base: float) -> float:
+    """Bound on w_j * (1 + |ln w_j|): the oracle rounds the exponent -2j/D, which
+    moves w_j by |ln w_j| * 2**-53 relative (<= 1 for base >= 1)."""
+    with np.errstate(all="ignore"):
+        w = _reference.frequencies(D, base)
+        factor = np.max(w * (1.0 + np.abs(np.log(w)))) if w.size else 1.0
+    return float(max(1.0, factor)) if math.isfinite(factor) else math.inf
+
+
+def _largest(a: np.ndarray) -> float:
+    return float(np.max(np.abs(a))) if a.size else 0.0
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    name: str  # in cpe and in cpe._reference
+    positional: tuple[str, ...]
+    keywords: tuple[str, ...]  # keyword-only, besides dtype and out
+    shape: Callable[[Mapping[str, Any]], tuple[int, ...]]  # of the output, from oracle arguments
+    angle_bound: Callable[[Mapping[str, Any]], float]  # largest |angle| times angle_factor
+    example: Callable[[int, int], dict[str, Any]]  # valid arguments for a (rows, D) output
+    overlappable: str | None = None  # an array argument that may share memory with out=
+
+    @property
+    def function(self) -> Callable[..., Any]:
+        return getattr(cpe, self.name)
+
+    @property
+    def oracle(self) -> Callable[..., Any]:
+        return getattr(_reference, self.name)
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        return self.positional + self.keywords + ("dtype",)
+
+    def call(self, args: Mapping[str, Any], out: Any = NO_OUT) -> Any:
+        """Call cpe; an argument missing from ``args`` is left at its default."""
+        positional = [args[name] for name in self.positional]
+        keywords = {name: args[name] for name in self.keywords + ("dtype",) if name in args}
+        if out is not NO_OUT:
+            keywords["out"] = out
+        return self.function(*positional, **keywords)
+
+    def oracle_arguments(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        converted = {}
+        for name, value in args.items():
+            convert = PARAMETERS[name].to_oracle
+            if convert is not None:
+                converted[name] = convert(value)
+        return converted
+
+    def expected(self, oracle_args: Mapping[str, Any]) -> np.ndarray:
+        positional = [oracle_args[name] for name in self.positional]
+        keywords = {name: oracle_args[name] for name in self.keywords if name in oracle_args}
+        with np.errstate(all="ignore"):
+            return self.oracle(*positional, **keywords)
+
+
+SPECS: tuple[CallSpec, ...] = (
+    CallSpec(
+        "positional_encoding", ("position", "D"), ("base",),
+        shape=lambda a: a["position"].shape + (a["D"],),
+        angle_bound=lambda a: _largest(a["position"]) * angle_factor(a["D"], a.get("base", 10000.0)),
+        example=lambda rows, D: {"position": np.arange(rows), "D": D},
+        overlappable="position",
+    ),
+    CallSpec(
+        "positional_encoding_table", ("n", "D"), ("start", "base"),
+        shape=lambda a: (a["n"], a["D"]),
+        angle_bound=lambda a: max(abs(a.get("start", 0)), abs(a.get("start", 0) + a["n"] - 1))
+        * angle_factor(a["D"], a.get("base", 10000.0)),
+        example=lambda rows, D: {"n": rows, "D": D},
+    ),
+)
+SPEC_IDS = [spec.name for spec in SPECS]
+
+
+def output_dtype(args: Mapping[str, Any]) -> np.dtype:
+    return np.dtype(args.get("dtype", np.float64))  # dtype=None means float64
+
+
+# ---- out= of every kind ----
+
+GUARD = 64  # bytes of known pattern on each side of an out= array
+PATTERN = 0xA5
+
+
+@dataclass
+class OutCase:
+    kind: str
+    value: Any  # what is passed as out=
+    owner: np.ndarray | None = None  # the bytes the array lives in
+    before: Any = None  # copy of owner (or of value) when made
+
+    @property
+    def is_wrong(self) -> bool:
+        return self.kind not in ("good", "overlap", "masked")
+
+    def unchanged(self) -> bool:
+        if self.owner is not None:
+            return bool(np.array_equal(self.owner, self.before))
+        if isinstance(self.value, (np.ndarray, memoryview)):
+            return self.value.tobytes() == self.before
+        if isinstance(self.value, (list, bytearray, array.array)):
+            return bool(self.value == self.before)
+        return True
+
+    def guards_intact(self) -> bool:
+        """Nothing was written outside the array's own bytes."""
+        if self.owner is None or not isinstance(self.value, np.ndarray):
+            return True
+        view = np.asarray(self.value)
+        start = view.__array_interface__["data"][0] - self.owner.__array_interface__["data"][0]
+        reach = [s * (n - 1) for s, n in zip(view.strides, view.shape, strict=True)]
+        low = start + sum(min(0, r) for r in reach)
+        high = start + sum(max(0, r) for r in reach) + view.itemsize
+        if view.size == 0:
+            low = high = start
+        return bool(np.array_equal(self.owner[:low], self.before[:low])
+                    and np.array_equal(self.owner[high:], self.before[high:]))
+
+
+def _owned(shape: tuple[int, ...], dtype: Any, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    owner = np.full(nbytes + 2 * GUARD + 8, PATTERN, np.uint8)
+    view = owner[GUARD + offset: GUARD + offset + nbytes].view(dt).reshape(shape)
+    return view, owner
+
+
+def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
+    if owner is not None:
+        return OutCase(kind, view, owner, owner.copy())
+    if isinstance(view, (np.ndarray, memoryview)):
+        return OutCase(kind, view, None, view.tobytes())
+    if isinstance(view, array.array):
+        return OutCase(kind, view, None, array.array(view.typecode, view))
+    if isinstance(view, (list, bytearray)):
+        return OutCase(kind, view, None, type(view)(view))
+    return OutCase(kind, view, None, None)
+
+
+def _wrong_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    candidates = [shape[:-1] + (shape[-1] + 1,), shape + (1,), shape[1:], (1,) + shape,
+                  tuple(reversed(shape)), (), (0,) + shape[1:]]
+    return [s for s in candidates if s != shape]
+
+
+OTHER_OUT_DTYPES = ("f8", "f4", "f2", ">f8", ">f4", "i8", "c16", "u1")
+
+
+def _matrix(view: np.ndarray) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        return view.view(np.matrix)
+
+
+def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> OutCase:
+    """An out= of the given kind for an output of ``shape`` and ``dtype``."""
+    if kind == "good":
+        return _case(kind, *_owned(shape, dtype))
+    if kind == "wrong_shape":
+        return _case(kind, *_owned(pick(c, _wrong_shapes(shape)), dtype))
+    if kind == "wrong_dtype":
+        others = [d for d in OTHER_OUT_DTYPES if np.dtype(d) != dtype]
+        return _case(kind, *_owned(shape, pick(c, others)))
+    if kind == "object_dtype":
+        return _case(kind, np.full(shape, 7.0, dtype=object), None)
+    if kind == "strided" and shape:
+        view, owner = _owned(shape[:-1] + (2 * shape[-1],), dtype)
+        return _case(kind, view[..., ::2], owner)
+    if kind == "fortran" and shape:
+        view, owner = _owned(tuple(reversed(shape)), dtype)
+        return _case(kind, view.T, owner)
+    if kind == "reversed" and shape:
+        view, owner = _owned(shape, dtype)
+        return _case(kind, view[::-1], owner)
+    if kind == "read_only":
+        view, owner = _owned(shape, dtype)
+        view.flags.writeable = False  # the memory itself stays writable: cpe must not write
+        return _case(kind, view, owner)
+    if kind == "misaligned":
+        return _case(kind, *_owned(shape, dtype, offset=pick(c, (1, 2, 4))))
+    if kind == "not_an_array":
+        size = math.prod(shape)
+        value = pick(c, (lambda: [0.0] * size, lambda: tuple([0.0] * size),
+                         lambda: bytearray(size * dtype.itemsize), lambda: array.array("d", [0.0] * size),
+                         lambda: memoryview(np.zeros(shape, dtype)), lambda: 0.0, lambda: "out",
+                         lambda: np.float64(0.0), lambda: {"out": 1}))()
+        return _case(kind, value, None)
+    if kind == "matrix" and len(shape) == 2:
+        view, owner = _owned(shape, dtype)
+        return _case(kind, _matrix(view), owner)
+    if kind == "masked":
+        view, owner = _owned(shape, dtype)
+        return _case(kind, np.ma.masked_array(view), owner)
+    return make_out(c, "good", shape, dtype)  # kinds that need a dimension the shape lacks
+
+
+WRONG_OUT_KINDS = ("wrong_shape", "wrong_dtype", "object_dtype", "strided", "fortran", "reversed",
+                   "read_only", "misaligned", "not_an_array", "matrix")
+RIGHT_OUT_KINDS = ("none", "good", "masked")
+
+
+def overlap_out(c: Chooser, spec: CallSpec, args: dict[str, Any], dtype: np.dtype) -> OutCase:
+    """A good out= whose memory also holds the positions it is computed from."""
+    name = spec.overlappable
+    assert name is not None
+    positions = np.asarray(args[name])
+    if positions.dtype.kind not in "iuf" or positions.ndim == 0 or positions.size == 0:
+        positions = np.arange(c.integer(1, 4))
+    values = np.asarray([c.integer(-1000, 1000) for _ in range(positions.size)]).reshape(positions.shape)
+    shape = spec.shape({**spec.oracle_arguments({**args, name: values})})
+    if not shape or shape[-1] < 1:
+        return make_out(c, "good", shape, dtype)  # no room for the positions
+    view, owner = _owned(shape, dtype)
+    flat = view.reshape(-1)
+    if pick(c, ("prefix", "column")) == "prefix":
+        flat[: values.size] = values.reshape(-1)
+        args[name] = flat[: values.size].reshape(values.shape)
+    else:
+        view[..., 0] = values
+        args[name] = view[..., 0]  # strided view into out
+    return _case("overlap", view, owner)
+
+
+# ---- whole calls ----
+
+HOSTILE_MODES = ("valid", "one_bad", "arbitrary")
+MAX_OUT_BYTES = 1 << 20
+
+
+def _guess_output(spec: CallSpec, args: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype] | None:
+    """The (small) output the arguments ask for, or None."""
+    try:
+        shape = tuple(spec.shape(spec.oracle_arguments(args)))
+        dtype = output_dtype(args)
+    except Exception:
+        return None
+    if dtype.kind != "f" or not shape or any(not 0 <= n <= 1 << 20 for n in shape):
+        return None
+    if math.prod(shape) * dtype.itemsize > MAX_OUT_BYTES:
+        return None
+    return shape, dtype
+
+
+def draw_call(c: Chooser, spec: CallSpec, mode: str) -> tuple[dict[str, Any], OutCase | None, str | None]:
+    """Arguments, an out= case (None: not passed) and the one argument to blame.
+
+    mode "valid": every argument valid, out= absent or right (the call must succeed);
+    "one_bad": one argument (or out=) hostile, the others valid, so an error must
+    name it; "arbitrary": every argument hostile, any may be left out.
+    """
+    hostile_name = None
+    if mode == "one_bad":
+        hostile_name = pick(c, spec.parameters + ("out",))
+    args: dict[str, Any] = {}
+    for name in spec.parameters:
+        param = PARAMETERS[name]
+        required = name in spec.positional
+        if mode == "arbitrary":
+            if required or c.integer(0, 3):
+                args[name] = param.hostile(c)
+        elif name == hostile_name:
+            args[name] = param.hostile(c)
+        elif required or c.integer(0, 1):
+            args[name] = param.valid(c)
+    guess = _guess_output(spec, args)
+    shape, dtype = guess or ((2, 4), np.dtype(np.float64))
+    if mode == "valid":
+        kinds = RIGHT_OUT_KINDS + (("overlap",) if spec.overlappable else ())
+    elif mode == "one_bad" and hostile_name != "out":
+        kinds = RIGHT_OUT_KINDS
+    elif mode == "one_bad":
+        kinds = WRONG_OUT_KINDS
+    else:
+        kinds = RIGHT_OUT_KINDS + WRONG_OUT_KINDS + (("overlap",) if spec.overlappable else ())
+    kind = pick(c, kinds)
+    if kind == "none" or (guess is None and kind not in WRONG_OUT_KINDS):
+        out = None  # no right out= exists for an output that cannot be made
+    elif kind == "overlap":
+        if guess is None or spec.overlappable not in args:
+            out = make_out(c, "good", shape, dtype)
+        else:
+            out = overlap_out(c, spec, args, dtype)
+    else:
+        out = make_out(c, kind, shape, dtype)
+    return args, out, hostile_name

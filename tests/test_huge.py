@@ -1,0 +1,120 @@
+"""Huge requests fail fast, before any kernel runs, and write nothing into out=.
+
+test_errors.py has one request of each kind; here every public function and
+dtype meets the exact Py_ssize_t boundary of the output's byte count, and the
+kernels' own scratch allocation is made to fail for real (address-space limit in
+a subprocess) to show that MemoryError comes before the first write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from call_specs import SPEC_IDS, SPECS, CallSpec
+
+DTYPES = [np.float64, np.float32, np.float16]
+ROWS = 3  # positions or table rows: the width D carries the size
+
+
+def _past_py_ssize_t(itemsize: int) -> int:
+    """The smallest D for which ROWS * D * itemsize bytes exceed sys.maxsize."""
+    return (sys.maxsize + 1 + ROWS * itemsize - 1) // (ROWS * itemsize)
+
+
+def _call_cheaply(spec: CallSpec, D: int, dtype, out=None):
+    """Make the call; assert it took little time and memory; return the exception."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises((ValueError, MemoryError)) as info:
+            spec.call({**spec.example(ROWS, D), "dtype": dtype}, None if out is None else out)
+        elapsed = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 1.0, f"rejecting took {elapsed:.1f} s: work was done first"
+    assert peak < 1 << 20, f"rejecting allocated {peak / 2**20:.1f} MiB first"
+    return info.value
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_byte_count_past_py_ssize_t_is_a_value_error(spec, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    for D in (_past_py_ssize_t(itemsize), 2**62, sys.maxsize):
+        exc = _call_cheaply(spec, D, dtype)
+        assert isinstance(exc, ValueError) and "too large" in str(exc), repr(exc)
+    exc = _call_cheaply(spec, sys.maxsize + 1, dtype)
+    assert isinstance(exc, ValueError) and "D is too large" in str(exc), repr(exc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_byte_count_just_below_py_ssize_t_is_a_memory_error(spec, dtype):
+    # Representable, so it reaches the allocator, which cannot give 2**63 bytes.
+    exc = _call_cheaply(spec, _past_py_ssize_t(np.dtype(dtype).itemsize) - 1, dtype)
+    assert isinstance(exc, MemoryError), repr(exc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_huge_request_leaves_a_callers_out_untouched(spec, dtype):
+    out = np.full((ROWS, 4), 7.0, dtype=dtype)
+    itemsize = np.dtype(dtype).itemsize
+    for D in (_past_py_ssize_t(itemsize), _past_py_ssize_t(itemsize) - 1, 2**62):
+        exc = _call_cheaply(spec, D, dtype, out=out)
+        assert isinstance(exc, ValueError) and "out must have shape" in str(exc), repr(exc)
+        np.testing.assert_array_equal(out, 7.0)
+
+
+# The table kernel mallocs 16 * ceil(D/2) * (R + n/R) bytes of scratch (R ~ sqrt(n)):
+# 8 MiB for 64 rows of width 65536, a quarter of the 32 MiB output. With the
+# address space capped just above what the process holds, the output exists and
+# the scratch (or the float16 path's float64 buffer) cannot be had. A fixed mmap
+# threshold makes glibc return freed blocks to the system instead of keeping them.
+_LIMITED_CALL = textwrap.dedent("""
+    import json, os, resource, sys
+    import numpy as np
+    import cpe
+    n, D, dtype = 64, 65536, sys.argv[1]
+    out = np.full((n, D), 7.0, dtype=dtype)
+    expected = cpe.positional_encoding_table(n, D, base=1234.0, dtype=dtype)  # warm the caches
+    del expected
+    held = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (held + (4 << 20), hard))
+    try:
+        cpe.positional_encoding_table(n, D, base=1234.0, dtype=dtype, out=out)
+        outcome = "returned"
+    except MemoryError as exc:
+        outcome = "MemoryError: " + str(exc)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    print(json.dumps([outcome, bool((out == 7.0).all())]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot apply")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_memory_that_cannot_be_allocated_is_a_memory_error_and_writes_nothing(dtype):
+    name = np.dtype(dtype).name
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    done = subprocess.run([sys.executable, "-c", _LIMITED_CALL, name], capture_output=True,
+                          text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    outcome, untouched = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome.startswith("MemoryError"), outcome
+    assert untouched, "out= was written before the MemoryError"
+    # float64/float32 fail in the kernel's scratch malloc, float16 in its float64 buffer.
+    assert ("scratch" in outcome) == (name != "float16"), outcome

@@ -1,0 +1,127 @@
+"""Repeated calls do not grow memory, on the success and the error paths alike.
+
+A pool of calls of every public function (valid ones, one bad argument, anything
+at all; about half of them raise) is run for a warm-up, then for 100 000 calls
+under each meter: tracemalloc for Python and NumPy allocations, the resident set
+size (/proc/self/statm, Linux only) for everything, the kernels' own malloc
+included. A leak of 16 bytes a call would show 1.6 MB; the bounds (512 KiB, 64 KiB)
+are well below that and well above the noise (0 and ~1 KiB here). Reference counts of the arguments are
+checked apart, exactly.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+
+import known_bugs
+from call_specs import NO_OUT, SPECS, CallSpec, Index, RandomChooser, draw_call
+from contract import ALLOWED_ERRORS
+
+CALLS = 100_000
+RSS_BOUND = 512 << 10  # bytes of growth allowed over CALLS calls
+TRACED_BOUND = 64 << 10
+
+Case = tuple[CallSpec, dict[str, Any], Any]
+
+
+def _pool() -> list[Case]:
+    c = RandomChooser(1107)
+    pool: list[Case] = []
+    for spec in SPECS:
+        for mode in ("valid", "one_bad", "arbitrary"):
+            for _ in range(80):
+                args, out, _ = draw_call(c, spec, mode)
+                if known_bugs.hit(spec, args, out) is None:
+                    pool.append((spec, args, NO_OUT if out is None else out.value))
+        # The table kernel mallocs scratch memory above 16 rows: have plenty of those.
+        pool += [(spec, spec.example(40, 64), NO_OUT)] * 10
+    return pool
+
+
+POOL = _pool()
+
+
+def _call(case: Case) -> bool:
+    spec, args, out = case
+    try:
+        spec.call(args, out)
+    except ALLOWED_ERRORS:
+        return False
+    return True
+
+
+def _run(calls: int) -> int:
+    """Make ``calls`` calls from the pool; return how many succeeded."""
+    succeeded = 0
+    for i in range(calls):
+        succeeded += _call(POOL[i % len(POOL)])
+    return succeeded
+
+
+def test_the_pool_exercises_both_paths():
+    succeeded = _run(len(POOL))
+    assert 0.25 < succeeded / len(POOL) < 0.75, f"{succeeded} of {len(POOL)} calls succeeded"
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="RSS is read from Linux's /proc")
+def test_resident_memory_does_not_grow():
+    _run(len(POOL) * 20)  # warm-up: caches, free lists, malloc arenas
+    gc.collect()
+    before = _resident_bytes()
+    t0 = time.perf_counter()
+    _run(CALLS)
+    gc.collect()
+    grown = _resident_bytes() - before
+    assert grown < RSS_BOUND, (
+        f"RSS grew by {grown / 1024:.0f} KiB over {CALLS} calls ({time.perf_counter() - t0:.1f} s)")
+
+
+def test_traced_allocations_do_not_grow():
+    tracemalloc.start()
+    try:
+        _run(len(POOL) * 5)  # warm-up under tracing
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        _run(CALLS)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < TRACED_BOUND, f"traced memory grew by {grown} bytes over {CALLS} calls"
+
+
+def _referenced_objects(args: dict[str, Any], out: Any) -> list[Any]:
+    """Arguments whose reference counts are this test's own (not shared singletons)."""
+    values = [*args.values(), out]
+    return [v for v in values if isinstance(v, (np.ndarray, np.generic, Index, list, np.dtype, type))
+            and v is not NO_OUT]
+
+
+def test_arguments_keep_their_reference_counts():
+    checked = 0
+    for case in POOL[::3]:
+        spec, args, out = case
+        objects = _referenced_objects(args, out)
+        if not objects:
+            continue
+        _call(case)  # first call: caches
+        before = [sys.getrefcount(v) for v in objects]
+        for _ in range(50):
+            _call(case)
+        after = [sys.getrefcount(v) for v in objects]
+        assert before == after, f"{spec.name}({args}, out={type(out).__name__}): {before} -> {after}"
+        checked += 1
+    assert checked > 50

@@ -1,0 +1,211 @@
+"""Threads: concurrent calls give the single-threaded results bit for bit, the
+frequency cache stays bounded and consistent, and the kernels run without the GIL.
+
+This file reads (never writes) private names of cpe._core (``_cache``,
+``_cache_bytes``, ``_CACHE_BUDGET``, ``_cache_lock``) on purpose: the cache is an
+implementation detail, but its bound and its consistency under threads are what is
+promised here. The mix holds more (D, base) pairs than the cache can, so entries are
+evicted and recomputed by racing threads throughout.
+If the cache changes shape, update ``cache_entries_are_consistent``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import known_bugs
+from call_specs import SPEC_IDS, SPECS, CallSpec, RandomChooser, draw_call, pick
+from cpe import _core
+
+THREADS = 8
+ROUNDS = 2
+WIDE = (1000, 2048, 3001, 4096, 6000, 8192)  # 8 KB to 64 KB of frequencies each
+DTYPES = (np.float64, np.float32, np.float16)
+
+
+def _outcome(spec: CallSpec, args: dict[str, Any], use_out: bool) -> tuple[Any, ...]:
+    """What a call gives, comparable bit for bit: bytes, dtype and shape, or the error."""
+    try:
+        if use_out:
+            template = spec.call(args)  # shape and dtype of the output
+            out = np.full(template.shape, np.nan, template.dtype)
+            result = spec.call(args, out)
+            assert result is out
+        else:
+            result = spec.call(args)
+    except (TypeError, ValueError, OverflowError, MemoryError) as exc:
+        return ("error", type(exc), str(exc))
+    return ("value", result.dtype.str, result.shape, result.tobytes())
+
+
+def _cases() -> list[tuple[CallSpec, dict[str, Any], bool]]:
+    """Mixed widths, bases and dtypes: more (D, base) pairs than the cache holds."""
+    c = RandomChooser(20240607)
+    cases = []
+    for spec in SPECS:
+        for _ in range(40):  # small, varied, all valid
+            args, _, _ = draw_call(c, spec, "valid")
+            cases.append((spec, args, bool(c.integer(0, 1))))
+        for i in range(30):  # wide rows, a distinct base each: the cache must evict
+            args = spec.example(pick(c, (1, 2, 3, 20)), pick(c, WIDE))
+            args["base"] = 10000.0 + 37.0 * i + (0.5 if spec is SPECS[0] else 0.25)
+            args["dtype"] = pick(c, DTYPES)
+            cases.append((spec, args, bool(c.integer(0, 1))))
+        for _ in range(15):  # calls that raise must raise the same way
+            args, _, _ = draw_call(c, spec, "one_bad")
+            cases.append((spec, args, False))
+    return cases
+
+
+def cache_entries_are_consistent() -> list[str]:
+    """Problems with the cache as seen under its lock (empty: none)."""
+    problems = []
+    with _core._cache_lock:
+        entries = list(_core._cache.items())
+        total = _core._cache_bytes
+    if total > _core._CACHE_BUDGET:
+        problems.append(f"_cache_bytes {total} exceeds the budget {_core._CACHE_BUDGET}")
+    if total != sum(w.nbytes for _, w in entries):
+        problems.append(f"_cache_bytes {total} != bytes held {sum(w.nbytes for _, w in entries)}")
+    for key, w in entries:
+        n_freq, base, den, scale = key  # the (n_freq, base, exponent_den, scale) key of _frequencies
+        if known_bugs.cache_key_hits_known_bug(key):
+            continue  # test_known_bugs left it there
+        if w.flags.writeable or w.shape != (2, n_freq):
+            problems.append(f"entry {key}: writeable={w.flags.writeable} shape={w.shape}")
+            continue
+        exact = scale * base ** (-np.arange(n_freq) / den)
+        slack = 4e-16 * (2.0 + np.abs(np.log(exact)))  # NumPy's own rounding of the exponent
+        if not np.all(np.abs(w[0] - exact) <= slack * exact):
+            problems.append(f"entry {key} does not hold the frequencies of its key")
+    return problems
+
+
+def _run_threads(target: Callable[[int], None], count: int) -> None:
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a thread hung"
+
+
+def test_concurrent_calls_equal_single_threaded_calls_bit_for_bit():
+    cases = _cases()
+    expected = [_outcome(spec, args, use_out) for spec, args, use_out in cases]
+    assert sum(e[0] == "error" for e in expected) >= 10, "too few error paths in the mix"
+    failures: list[str] = []
+    barrier = threading.Barrier(THREADS + 1)
+    done = threading.Event()
+    peak = [0]
+
+    def worker(index: int) -> None:
+        order = list(range(len(cases)))
+        random.Random(index).shuffle(order)
+        try:
+            barrier.wait()
+            for _ in range(ROUNDS):
+                for i in order:
+                    spec, args, use_out = cases[i]
+                    if _outcome(spec, args, use_out) != expected[i]:
+                        failures.append(f"thread {index}: case {i} ({spec.name}, {args}) differs")
+        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+            failures.append(f"thread {index}: {exc!r}")
+
+    def monitor() -> None:
+        barrier.wait()
+        while not done.is_set():
+            with _core._cache_lock:
+                peak[0] = max(peak[0], _core._cache_bytes)
+            failures.extend(cache_entries_are_consistent())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=monitor)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads as often as possible
+    try:
+        watcher.start()
+        _run_threads(worker, THREADS)
+    finally:
+        done.set()
+        sys.setswitchinterval(previous)
+        watcher.join()
+    assert not failures, "\n".join(failures[:20])
+    assert cache_entries_are_consistent() == []
+    assert peak[0] > _core._CACHE_BUDGET // 2, "the mix never filled the cache: no eviction tested"
+
+
+def test_cache_is_bounded_and_skips_entries_larger_than_its_budget():
+    for i in range(300):  # ~300 * 24 KB of frequencies: far past the budget
+        assert _outcome(SPECS[0], {"position": [3], "D": 3000, "base": 9000.0 + i}, False)[0] == "value"
+    assert cache_entries_are_consistent() == []
+    assert _core._cache_bytes > _core._CACHE_BUDGET // 2
+    with _core._cache_lock:
+        keys_before = set(_core._cache)
+    huge_width = 2 * (_core._CACHE_BUDGET // 16) + 2  # 16 bytes per frequency: one over budget
+    SPECS[0].function(0, huge_width, base=1234.5)
+    with _core._cache_lock:
+        assert not any(key[1] == 1234.5 for key in _core._cache), "an over-budget entry was cached"
+        assert set(_core._cache) == keys_before, "an over-budget entry evicted the others"
+
+
+class Ticker(threading.Thread):
+    """Runs Python bytecode in a loop and notes every pause of more than 1 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.pauses: list[tuple[float, float]] = []
+        self.last = time.perf_counter()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.perf_counter()
+            if now - self.last > 1e-3:
+                self.pauses.append((self.last, now))
+            self.last = now
+
+    def longest_pause_within(self, t0: float, t1: float) -> float:
+        time.sleep(0.01)  # let it run, closing a pause that spans t1
+        pauses = self.pauses + [(self.last, time.perf_counter())]
+        return max(0.0, *(min(b, t1) - max(a, t0) for a, b in pauses))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_kernels_release_the_gil(spec):
+    """A Python thread keeps running while a 4096 x 4096 output (128 MiB) is filled.
+
+    Were the GIL held through the kernel, the other thread could not run a single
+    bytecode until the call returned: one pause as long as the call. Released, its
+    pauses are scheduler noise. Three tries absorb a noisy machine.
+    """
+    args = spec.example(4096, 4096)
+    ticker = Ticker()
+    ticker.start()
+    tries = []
+    try:
+        for _ in range(3):
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            result = spec.call(args)
+            t1 = time.perf_counter()
+            del result
+            tries.append((t1 - t0, ticker.longest_pause_within(t0, t1)))
+            if tries[-1][1] < 0.5 * tries[-1][0]:
+                break
+    finally:
+        ticker.stop.set()
+        ticker.join()
+    elapsed, pause = tries[-1]
+    assert elapsed > 0.02, f"the call took {elapsed * 1e3:.1f} ms: too short to tell"
+    assert pause < 0.5 * elapsed, (
+        "another thread was stopped for most of each call (call ms, longest pause ms): "
+        f"{[(round(e * 1e3), round(p * 1e3)) for e, p in tries]}: the GIL is held")
