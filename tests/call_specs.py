@@ -60,8 +60,21 @@ def one_of(c: Chooser, *makers: Callable[[Chooser], Any]) -> Any:
     return pick(c, makers)(c)
 
 
-SPECIAL_REALS = (0.0, -0.0, 1.0, -1.5, math.nan, math.inf, -math.inf, 5e-324,
-                 2.2250738585072014e-308, 1e-300, 1.7976931348623157e308, 2.0**53, 1e300)
+SPECIAL_REALS = (
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    math.nan,
+    math.inf,
+    -math.inf,
+    5e-324,
+    2.2250738585072014e-308,
+    1e-300,
+    1.7976931348623157e308,
+    2.0**53,
+    1e300,
+)
 
 
 class RandomChooser:
@@ -127,12 +140,16 @@ def _valid_element(c: Chooser, dtype: np.dtype) -> Any:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         lo, hi = max(int(info.min), -LIMIT), min(int(info.max), LIMIT)
-        return one_of(c, lambda c: c.integer(max(lo, -1000), min(hi, 1000)),
-                      lambda c: c.integer(lo, hi))
+        return one_of(
+            c, lambda c: c.integer(max(lo, -1000), min(hi, 1000)), lambda c: c.integer(lo, hi)
+        )
     widest = min(1e300, float(np.finfo(dtype).max) / 2)
-    return one_of(c, lambda c: c.uniform(-min(widest, 1e6), min(widest, 1e6)),
-                  lambda c: float(c.integer(-1000, 1000)),
-                  lambda c: _finite(c, widest))
+    return one_of(
+        c,
+        lambda c: c.uniform(-min(widest, 1e6), min(widest, 1e6)),
+        lambda c: float(c.integer(-1000, 1000)),
+        lambda c: _finite(c, widest),
+    )
 
 
 def _strided(a: np.ndarray) -> np.ndarray:
@@ -160,7 +177,13 @@ def _broadcast(a: np.ndarray) -> np.ndarray:
 
 
 LAYOUTS: tuple[Callable[[np.ndarray], np.ndarray], ...] = (
-    lambda a: a, np.asfortranarray, _strided, _reversed, _read_only, _broadcast)
+    lambda a: a,
+    np.asfortranarray,
+    _strided,
+    _reversed,
+    _read_only,
+    _broadcast,
+)
 
 
 def _array(c: Chooser, dtype: Any, element: Callable[[Chooser, np.dtype], Any]) -> np.ndarray:
@@ -198,11 +221,40 @@ def _any_element(c: Chooser, dtype: np.dtype) -> Any:
 
 
 BAD_POSITIONS = (
-    True, np.False_, None, "3", b"3", 1 + 2j, Fraction(1, 3), Decimal("1.5"), object(),
-    LIMIT + 1, -LIMIT - 1, 2**63, 2**64, -(10**30), math.nan, math.inf, -math.inf,
-    np.longdouble("1e400"), -np.longdouble("1e4000"), np.float16(np.inf),
-    [[1, 2], [3]], [1, None], [True, 2], [], [[]], [1, "a"], [2**64], [1.0, math.nan],
-    [[1], [2.5]], {1: 2}, {1, 2}, range(3), b"", memoryview(b"abc"),
+    True,
+    np.False_,
+    None,
+    "3",
+    b"3",
+    1 + 2j,
+    Fraction(1, 3),
+    Decimal("1.5"),
+    object(),
+    LIMIT + 1,
+    -LIMIT - 1,
+    2**63,
+    2**64,
+    -(10**30),
+    math.nan,
+    math.inf,
+    -math.inf,
+    np.longdouble("1e400"),
+    -np.longdouble("1e4000"),
+    np.float16(np.inf),
+    [[1, 2], [3]],
+    [1, None],
+    [True, 2],
+    [],
+    [[]],
+    [1, "a"],
+    [2**64],
+    [1.0, math.nan],
+    [[1], [2.5]],
+    {1: 2},
+    {1, 2},
+    range(3),
+    b"",
+    memoryview(b"abc"),
 )
 
 
@@ -220,8 +272,26 @@ def hostile_positions(c: Chooser) -> Any:
 
 
 HUGE_COUNTS = (2**54, 2**57, 2**60 - 1, 2**60, 2**61, 2**62, 2**63 - 1, 2**63, 2**64, 10**30)
-BAD_COUNTS = (True, False, np.True_, None, 4.0, 4.5, math.nan, math.inf, "4", b"4", [4], (4,),
-              4 + 0j, Fraction(4), Decimal(4), np.float64(4.0), np.array([4]), object())
+BAD_COUNTS = (
+    True,
+    False,
+    np.True_,
+    None,
+    4.0,
+    4.5,
+    math.nan,
+    math.inf,
+    "4",
+    b"4",
+    [4],
+    (4,),
+    4 + 0j,
+    Fraction(4),
+    Decimal(4),
+    np.float64(4.0),
+    np.array([4]),
+    object(),
+)
 
 
 def _integer_like(c: Chooser, x: int) -> Any:
@@ -260,19 +330,73 @@ def valid_start(c: Chooser) -> Any:
     )
 
 
-BAD_STARTS = (LIMIT + 1, -LIMIT - 1, 2**63, -(2**64), 10**30, True, np.False_, 1.0, 1.5,
-              math.nan, "0", None, [0], np.float64(0.0), np.uint64(2**64 - 1), object())
+BAD_STARTS = (
+    LIMIT + 1,
+    -LIMIT - 1,
+    2**63,
+    -(2**64),
+    10**30,
+    True,
+    np.False_,
+    1.0,
+    1.5,
+    math.nan,
+    "0",
+    None,
+    [0],
+    np.float64(0.0),
+    np.uint64(2**64 - 1),
+    object(),
+)
 
 
 def hostile_start(c: Chooser) -> Any:
-    return one_of(c, valid_start, lambda c: pick(c, BAD_STARTS), lambda c: c.integer(-(2**64), 2**64))
+    return one_of(
+        c, valid_start, lambda c: pick(c, BAD_STARTS), lambda c: c.integer(-(2**64), 2**64)
+    )
 
 
-GOOD_BASES = (10000.0, 10000, 2.0, 1.0, 0.5, 1e6, 500000.0, np.float32(10000.0), np.float64(10.0),
-              np.int64(10), np.uint16(100), Fraction(10000), np.array(10000.0), np.array(100))
-BAD_BASES = (0, 0.0, -0.0, -1, -1e-300, 10**400, -(10**400), True, np.bool_(False), None, "1e4",
-             b"1e4", 1j, [1e4], (1e4,), np.array([1e4]), np.array(True), Decimal("1e4"), object(),
-             np.longdouble("1e400"), np.float16(np.inf), np.float64(np.nan), math.inf)
+GOOD_BASES = (
+    10000.0,
+    10000,
+    2.0,
+    1.0,
+    0.5,
+    1e6,
+    500000.0,
+    np.float32(10000.0),
+    np.float64(10.0),
+    np.int64(10),
+    np.uint16(100),
+    Fraction(10000),
+    np.array(10000.0),
+    np.array(100),
+)
+BAD_BASES = (
+    0,
+    0.0,
+    -0.0,
+    -1,
+    -1e-300,
+    10**400,
+    -(10**400),
+    True,
+    np.bool_(False),
+    None,
+    "1e4",
+    b"1e4",
+    1j,
+    [1e4],
+    (1e4,),
+    np.array([1e4]),
+    np.array(True),
+    Decimal("1e4"),
+    object(),
+    np.longdouble("1e400"),
+    np.float16(np.inf),
+    np.float64(np.nan),
+    math.inf,
+)
 
 
 def valid_base(c: Chooser) -> Any:
@@ -283,12 +407,47 @@ def hostile_base(c: Chooser) -> Any:
     return one_of(c, valid_base, lambda c: c.real(), lambda c: pick(c, BAD_BASES))
 
 
-GOOD_DTYPES = (np.float64, np.float32, np.float16, "float64", "float32", "float16", "f8", "f4",
-               "f2", "<f8", "=f4", "d", "e", float, None, np.dtype("f4"),
-               np.dtype("f8", metadata={"unit": "radian"}))
-BAD_DTYPES = (">f8", ">f4", "int8", np.int32, "complex128", "banana", "", object, np.longdouble,
-              "V8", "O", "S8", np.dtype([("a", "f8")]), 3, 1.5, [], "M8[D]", "(2)f8",
-              "f8,,", ("f8", -1))
+GOOD_DTYPES = (
+    np.float64,
+    np.float32,
+    np.float16,
+    "float64",
+    "float32",
+    "float16",
+    "f8",
+    "f4",
+    "f2",
+    "<f8",
+    "=f4",
+    "d",
+    "e",
+    float,
+    None,
+    np.dtype("f4"),
+    np.dtype("f8", metadata={"unit": "radian"}),
+)
+BAD_DTYPES = (
+    ">f8",
+    ">f4",
+    "int8",
+    np.int32,
+    "complex128",
+    "banana",
+    "",
+    object,
+    np.longdouble,
+    "V8",
+    "O",
+    "S8",
+    np.dtype([("a", "f8")]),
+    3,
+    1.5,
+    [],
+    "M8[D]",
+    "(2)f8",
+    "f8,,",
+    ("f8", -1),
+)
 
 
 def valid_dtype(c: Chooser) -> Any:
@@ -390,17 +549,25 @@ class CallSpec:
 
 SPECS: tuple[CallSpec, ...] = (
     CallSpec(
-        "positional_encoding", ("position", "D"), ("base",),
+        "positional_encoding",
+        ("position", "D"),
+        ("base",),
         shape=lambda a: a["position"].shape + (a["D"],),
-        angle_bound=lambda a: _largest(a["position"]) * angle_factor(a["D"], a.get("base", 10000.0)),
+        angle_bound=lambda a: (
+            _largest(a["position"]) * angle_factor(a["D"], a.get("base", 10000.0))
+        ),
         example=lambda rows, D: {"position": np.arange(rows), "D": D},
         overlappable="position",
     ),
     CallSpec(
-        "positional_encoding_table", ("n", "D"), ("start", "base"),
+        "positional_encoding_table",
+        ("n", "D"),
+        ("start", "base"),
         shape=lambda a: (a["n"], a["D"]),
-        angle_bound=lambda a: max(abs(a.get("start", 0)), abs(a.get("start", 0) + a["n"] - 1))
-        * angle_factor(a["D"], a.get("base", 10000.0)),
+        angle_bound=lambda a: (
+            max(abs(a.get("start", 0)), abs(a.get("start", 0) + a["n"] - 1))
+            * angle_factor(a["D"], a.get("base", 10000.0))
+        ),
         example=lambda rows, D: {"n": rows, "D": D},
     ),
 )
@@ -448,15 +615,17 @@ class OutCase:
         high = start + sum(max(0, r) for r in reach) + view.itemsize
         if view.size == 0:
             low = high = start
-        return bool(np.array_equal(self.owner[:low], self.before[:low])
-                    and np.array_equal(self.owner[high:], self.before[high:]))
+        return bool(
+            np.array_equal(self.owner[:low], self.before[:low])
+            and np.array_equal(self.owner[high:], self.before[high:])
+        )
 
 
 def _owned(shape: tuple[int, ...], dtype: Any, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
     dt = np.dtype(dtype)
     nbytes = math.prod(shape) * dt.itemsize
     owner = np.full(nbytes + 2 * GUARD + 8, PATTERN, np.uint8)
-    view = owner[GUARD + offset: GUARD + offset + nbytes].view(dt).reshape(shape)
+    view = owner[GUARD + offset : GUARD + offset + nbytes].view(dt).reshape(shape)
     return view, owner
 
 
@@ -473,8 +642,15 @@ def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
 
 
 def _wrong_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    candidates = [shape[:-1] + (shape[-1] + 1,), shape + (1,), shape[1:], (1,) + shape,
-                  tuple(reversed(shape)), (), (0,) + shape[1:]]
+    candidates = [
+        shape[:-1] + (shape[-1] + 1,),
+        shape + (1,),
+        shape[1:],
+        (1,) + shape,
+        tuple(reversed(shape)),
+        (),
+        (0,) + shape[1:],
+    ]
     return [s for s in candidates if s != shape]
 
 
@@ -515,10 +691,20 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
         return _case(kind, *_owned(shape, dtype, offset=pick(c, (1, 2, 4))))
     if kind == "not_an_array":
         size = math.prod(shape)
-        value = pick(c, (lambda: [0.0] * size, lambda: tuple([0.0] * size),
-                         lambda: bytearray(size * dtype.itemsize), lambda: array.array("d", [0.0] * size),
-                         lambda: memoryview(np.zeros(shape, dtype)), lambda: 0.0, lambda: "out",
-                         lambda: np.float64(0.0), lambda: {"out": 1}))()
+        value = pick(
+            c,
+            (
+                lambda: [0.0] * size,
+                lambda: tuple([0.0] * size),
+                lambda: bytearray(size * dtype.itemsize),
+                lambda: array.array("d", [0.0] * size),
+                lambda: memoryview(np.zeros(shape, dtype)),
+                lambda: 0.0,
+                lambda: "out",
+                lambda: np.float64(0.0),
+                lambda: {"out": 1},
+            ),
+        )()
         return _case(kind, value, None)
     if kind == "matrix" and len(shape) == 2:
         view, owner = _owned(shape, dtype)
@@ -529,8 +715,18 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
     return make_out(c, "good", shape, dtype)  # kinds that need a dimension the shape lacks
 
 
-WRONG_OUT_KINDS = ("wrong_shape", "wrong_dtype", "object_dtype", "strided", "fortran", "reversed",
-                   "read_only", "misaligned", "not_an_array", "matrix")
+WRONG_OUT_KINDS = (
+    "wrong_shape",
+    "wrong_dtype",
+    "object_dtype",
+    "strided",
+    "fortran",
+    "reversed",
+    "read_only",
+    "misaligned",
+    "not_an_array",
+    "matrix",
+)
 RIGHT_OUT_KINDS = ("none", "good", "masked")
 
 
@@ -541,7 +737,9 @@ def overlap_out(c: Chooser, spec: CallSpec, args: dict[str, Any], dtype: np.dtyp
     positions = np.asarray(args[name])
     if positions.dtype.kind not in "iuf" or positions.ndim == 0 or positions.size == 0:
         positions = np.arange(c.integer(1, 4))
-    values = np.asarray([c.integer(-1000, 1000) for _ in range(positions.size)]).reshape(positions.shape)
+    values = np.asarray([c.integer(-1000, 1000) for _ in range(positions.size)]).reshape(
+        positions.shape
+    )
     shape = spec.shape({**spec.oracle_arguments({**args, name: values})})
     if not shape or shape[-1] < 1:
         return make_out(c, "good", shape, dtype)  # no room for the positions
@@ -562,7 +760,9 @@ HOSTILE_MODES = ("valid", "one_bad", "arbitrary")
 MAX_OUT_BYTES = 1 << 20
 
 
-def _guess_output(spec: CallSpec, args: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype] | None:
+def _guess_output(
+    spec: CallSpec, args: Mapping[str, Any]
+) -> tuple[tuple[int, ...], np.dtype] | None:
     """The (small) output the arguments ask for, or None."""
     try:
         shape = tuple(spec.shape(spec.oracle_arguments(args)))
@@ -576,7 +776,9 @@ def _guess_output(spec: CallSpec, args: Mapping[str, Any]) -> tuple[tuple[int, .
     return shape, dtype
 
 
-def draw_call(c: Chooser, spec: CallSpec, mode: str) -> tuple[dict[str, Any], OutCase | None, str | None]:
+def draw_call(
+    c: Chooser, spec: CallSpec, mode: str
+) -> tuple[dict[str, Any], OutCase | None, str | None]:
     """Arguments, an out= case (None: not passed) and the one argument to blame.
 
     mode "valid": every argument valid, out= absent or right (the call must succeed);

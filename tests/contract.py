@@ -64,8 +64,7 @@ def check_error(spec: CallSpec, exc: BaseException, blame: str | None) -> None:
         assert "allocate" in message, f"MemoryError without a reason: {message!r}"
         return
     words = blamed_words(spec, blame)
-    assert names_one_of(message, words), (
-        f"{type(exc).__name__}({message!r}) names none of {words}")
+    assert names_one_of(message, words), f"{type(exc).__name__}({message!r}) names none of {words}"
 
 
 def tolerance(spec: CallSpec, oracle_args: Mapping[str, Any]) -> float:
@@ -91,7 +90,8 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
     if dtype != np.float64:
         rounded = np.asarray(as_f64).astype(dtype)
         assert rounded.tobytes() == np.ascontiguousarray(values).tobytes(), (
-            f"{dtype} result is not the float64 result rounded once")
+            f"{dtype} result is not the float64 result rounded once"
+        )
     assert np.all(np.isfinite(as_f64)), "non-finite values from finite arguments"
     expected = spec.expected(oracle_args)
     finite = np.isfinite(expected)  # the oracle overflows first near the limits
@@ -101,8 +101,9 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
     assert worst <= bound, f"error {worst:.3e} exceeds {bound:.3e} vs cpe._reference"
 
 
-def check_call(spec: CallSpec, args: dict[str, Any], out: OutCase | None,
-               blame: str | None = None) -> Any:
+def check_call(
+    spec: CallSpec, args: dict[str, Any], out: OutCase | None, blame: str | None = None
+) -> Any:
     """Make the call and check the contract; return the result or the exception.
 
     ``blame`` is the one argument drawn hostile (the others being valid): an error

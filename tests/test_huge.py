@@ -76,8 +76,9 @@ def test_huge_request_leaves_a_callers_out_untouched(spec, dtype):
         np.testing.assert_array_equal(out, 7.0)
 
 
-# The table kernel mallocs 16 * ceil(D/2) * (R + n/R) bytes of scratch (R ~ sqrt(n)):
-# 8 MiB for 64 rows of width 65536, a quarter of the 32 MiB output. With the
+# Below 64 rows the Python layer passes no digit levels, and the table kernel
+# mallocs its own: 16 * ceil(D/2) * (2R + n/R**2 + 1) bytes (R = ceil(cbrt(n))),
+# 6.5 MiB for 63 rows of width 65536, a fifth of the 31.5 MiB output. With the
 # address space capped just above what the process holds, the output exists and
 # the scratch (or the float16 path's float64 buffer) cannot be had. A fixed mmap
 # threshold makes glibc return freed blocks to the system instead of keeping them.
@@ -85,7 +86,7 @@ _LIMITED_CALL = textwrap.dedent("""
     import json, os, resource, sys
     import numpy as np
     import cpe
-    n, D, dtype = 64, 65536, sys.argv[1]
+    n, D, dtype = 63, 65536, sys.argv[1]
     out = np.full((n, D), 7.0, dtype=dtype)
     expected = cpe.positional_encoding_table(n, D, base=1234.0, dtype=dtype)  # warm the caches
     del expected
@@ -104,14 +105,22 @@ _LIMITED_CALL = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
-@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
-                    reason="AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot apply")
+@pytest.mark.skipif(
+    "libasan" in os.environ.get("LD_PRELOAD", ""),
+    reason="AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot apply",
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_memory_that_cannot_be_allocated_is_a_memory_error_and_writes_nothing(dtype):
     name = np.dtype(dtype).name
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    done = subprocess.run([sys.executable, "-c", _LIMITED_CALL, name], capture_output=True,
-                          text=True, timeout=120, check=False, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", _LIMITED_CALL, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     outcome, untouched = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome.startswith("MemoryError"), outcome

@@ -16,21 +16,28 @@ import inspect
 import os
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cpe
-import known_bugs
 from call_specs import SPEC_IDS, SPECS, CallSpec, draw_call
 from contract import check_call
 
-_COMMON = {"deadline": None, "max_examples": 200, "print_blob": True,
-           "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
+_COMMON = {
+    "deadline": None,
+    "max_examples": 200,
+    "print_blob": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
 settings.register_profile("dev", **_COMMON)
 settings.register_profile("ci", derandomize=True, database=None, **_COMMON)
-settings.register_profile("valgrind", **{**_COMMON, "max_examples": 8}, derandomize=True, database=None)
+settings.register_profile(
+    "valgrind", **{**_COMMON, "max_examples": 8}, derandomize=True, database=None
+)
 settings.register_profile("deep", **{**_COMMON, "max_examples": 5000})  # a bug hunt, by hand
-settings.load_profile(os.environ.get("CPE_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(
+    os.environ.get("CPE_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
+)
 
 
 class HypothesisChooser:
@@ -51,8 +58,6 @@ class HypothesisChooser:
 
 def run(spec: CallSpec, data: st.DataObject, mode: str) -> object:
     args, out, blame = draw_call(HypothesisChooser(data), spec, mode)
-    bug = known_bugs.hit(spec, args, out)
-    assume(bug is None)  # known bugs have their own strict-xfail reproducers
     data.draw(st.just((sorted(args), None if out is None else out.kind)), label="call")
     return check_call(spec, args, out, blame)
 
@@ -63,7 +68,8 @@ def test_every_public_function_has_a_call_spec():
     for spec in SPECS:
         names = list(inspect.signature(spec.function).parameters)
         assert names == [*spec.positional, *spec.keywords, "dtype", "out"], (
-            f"{spec.name}{inspect.signature(spec.function)}: update its CallSpec/PARAMETERS")
+            f"{spec.name}{inspect.signature(spec.function)}: update its CallSpec/PARAMETERS"
+        )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)

@@ -1,12 +1,11 @@
 """Threads: concurrent calls give the single-threaded results bit for bit, the
 frequency cache stays bounded and consistent, and the kernels run without the GIL.
 
-This file reads (never writes) private names of cpe._core (``_cache``,
-``_cache_bytes``, ``_CACHE_BUDGET``, ``_cache_lock``) on purpose: the cache is an
-implementation detail, but its bound and its consistency under threads are what is
-promised here. The mix holds more (D, base) pairs than the cache can, so entries are
-evicted and recomputed by racing threads throughout.
-If the cache changes shape, update ``cache_entries_are_consistent``.
+This file reads (never writes) cpe._core's caches through ``_core._cache_snapshot()``
+on purpose: the caches are an implementation detail, but their bound and their
+consistency under threads are what is promised here. The mix holds more (D, base)
+pairs than the caches can, so entries are evicted and recomputed by racing threads
+throughout. If the caches change shape, update ``cache_entries_are_consistent``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import known_bugs
 from call_specs import SPEC_IDS, SPECS, CallSpec, RandomChooser, draw_call, pick
 from cpe import _core
 
@@ -66,26 +64,36 @@ def _cases() -> list[tuple[CallSpec, dict[str, Any], bool]]:
 
 
 def cache_entries_are_consistent() -> list[str]:
-    """Problems with the cache as seen under its lock (empty: none)."""
+    """Problems with the caches as seen under their lock (empty: none)."""
+    snap = _core._cache_snapshot()
     problems = []
-    with _core._cache_lock:
-        entries = list(_core._cache.items())
-        total = _core._cache_bytes
-    if total > _core._CACHE_BUDGET:
-        problems.append(f"_cache_bytes {total} exceeds the budget {_core._CACHE_BUDGET}")
-    if total != sum(w.nbytes for _, w in entries):
-        problems.append(f"_cache_bytes {total} != bytes held {sum(w.nbytes for _, w in entries)}")
-    for key, w in entries:
-        n_freq, base, den, scale = key  # the (n_freq, base, exponent_den, scale) key of _frequencies
-        if known_bugs.cache_key_hits_known_bug(key):
-            continue  # test_known_bugs left it there
-        if w.flags.writeable or w.shape != (2, n_freq):
-            problems.append(f"entry {key}: writeable={w.flags.writeable} shape={w.shape}")
+    encodings, levels = snap["encodings"], snap["levels"]
+    held = sum(e.frequencies.nbytes for e in encodings)
+    if snap["encoding_bytes"] > snap["encoding_budget"]:
+        problems.append(f"frequency cache: {snap['encoding_bytes']} bytes over its budget")
+    if snap["encoding_bytes"] != held:
+        problems.append(f"frequency cache: counts {snap['encoding_bytes']} bytes, holds {held}")
+    held = sum(array.nbytes for array in levels.values())
+    if snap["level_bytes"] > snap["level_budget"]:
+        problems.append(f"level cache: {snap['level_bytes']} bytes over its budget")
+    if snap["level_bytes"] != held:
+        problems.append(f"level cache: counts {snap['level_bytes']} bytes, holds {held}")
+    for enc in encodings:
+        w = enc.frequencies
+        if w.flags.writeable or w.shape != (2, max(enc.n_freq, 1)):
+            problems.append(f"entry {enc.key}: writeable={w.flags.writeable} shape={w.shape}")
             continue
-        exact = scale * base ** (-np.arange(n_freq) / den)
-        slack = 4e-16 * (2.0 + np.abs(np.log(exact)))  # NumPy's own rounding of the exponent
-        if not np.all(np.abs(w[0] - exact) <= slack * exact):
-            problems.append(f"entry {key} does not hold the frequencies of its key")
+        j = np.arange(enc.n_freq)
+        exact = enc.scale * enc.base ** (-j / enc.den)
+        slack = 4e-16 * (
+            2.0 + np.abs(np.log(np.abs(exact)))
+        )  # NumPy's own rounding of the exponent
+        if not np.all(np.abs(w[0, : enc.n_freq] - exact) <= slack * np.abs(exact)):
+            problems.append(f"entry {enc.key} does not hold the frequencies of its key")
+    shape = (snap["n_levels"], snap["radix"])
+    for key, array in levels.items():
+        if array.flags.writeable or array.shape[:2] != shape:
+            problems.append(f"levels {key}: writeable={array.flags.writeable} shape={array.shape}")
     return problems
 
 
@@ -117,14 +125,13 @@ def test_concurrent_calls_equal_single_threaded_calls_bit_for_bit():
                     spec, args, use_out = cases[i]
                     if _outcome(spec, args, use_out) != expected[i]:
                         failures.append(f"thread {index}: case {i} ({spec.name}, {args}) differs")
-        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+        except Exception as exc:
             failures.append(f"thread {index}: {exc!r}")
 
     def monitor() -> None:
         barrier.wait()
         while not done.is_set():
-            with _core._cache_lock:
-                peak[0] = max(peak[0], _core._cache_bytes)
+            peak[0] = max(peak[0], _core._cache_snapshot()["encoding_bytes"])
             failures.extend(cache_entries_are_consistent())
             time.sleep(0.002)
 
@@ -140,21 +147,25 @@ def test_concurrent_calls_equal_single_threaded_calls_bit_for_bit():
         watcher.join()
     assert not failures, "\n".join(failures[:20])
     assert cache_entries_are_consistent() == []
-    assert peak[0] > _core._CACHE_BUDGET // 2, "the mix never filled the cache: no eviction tested"
+    budget = _core._cache_snapshot()["encoding_budget"]
+    assert peak[0] > budget // 2, "the mix never filled the cache: no eviction tested"
 
 
 def test_cache_is_bounded_and_skips_entries_larger_than_its_budget():
     for i in range(300):  # ~300 * 24 KB of frequencies: far past the budget
-        assert _outcome(SPECS[0], {"position": [3], "D": 3000, "base": 9000.0 + i}, False)[0] == "value"
+        assert (
+            _outcome(SPECS[0], {"position": [3], "D": 3000, "base": 9000.0 + i}, False)[0]
+            == "value"
+        )
     assert cache_entries_are_consistent() == []
-    assert _core._cache_bytes > _core._CACHE_BUDGET // 2
-    with _core._cache_lock:
-        keys_before = set(_core._cache)
-    huge_width = 2 * (_core._CACHE_BUDGET // 16) + 2  # 16 bytes per frequency: one over budget
+    snap = _core._cache_snapshot()
+    assert snap["encoding_bytes"] > snap["encoding_budget"] // 2
+    keys_before = {e.key for e in snap["encodings"]}
+    huge_width = 2 * (snap["encoding_budget"] // 16) + 2  # 16 bytes per frequency: over budget
     SPECS[0].function(0, huge_width, base=1234.5)
-    with _core._cache_lock:
-        assert not any(key[1] == 1234.5 for key in _core._cache), "an over-budget entry was cached"
-        assert set(_core._cache) == keys_before, "an over-budget entry evicted the others"
+    keys_after = {e.key for e in _core._cache_snapshot()["encodings"]}
+    assert not any(1234.5 in key for key in keys_after), "an over-budget entry was cached"
+    assert keys_after == keys_before, "an over-budget entry evicted the others"
 
 
 class Ticker(threading.Thread):
@@ -208,4 +219,5 @@ def test_kernels_release_the_gil(spec):
     assert elapsed > 0.02, f"the call took {elapsed * 1e3:.1f} ms: too short to tell"
     assert pause < 0.5 * elapsed, (
         "another thread was stopped for most of each call (call ms, longest pause ms): "
-        f"{[(round(e * 1e3), round(p * 1e3)) for e, p in tries]}: the GIL is held")
+        f"{[(round(e * 1e3), round(p * 1e3)) for e, p in tries]}: the GIL is held"
+    )

@@ -34,6 +34,19 @@ _EXACT_INTEGER_LIMIT = 2 ** 53
 _FLOAT64 = np.dtype(np.float64)
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT16 = np.dtype(np.float16)
+
+
+def _max_ndim():
+    for ndim in (64, 32):  # NumPy 2, NumPy 1
+        try:
+            np.empty((1,) * ndim)
+            return ndim
+        except ValueError:
+            pass
+    return 32
+
+
+_MAX_NDIM = _max_ndim()
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
 _CACHE_BUDGET = 2 * 1024 * 1024
 # Digit levels (see kernels.pxd) kept between calls: 4 levels of radix 16 are
@@ -99,9 +112,10 @@ cdef object _as_dtype(dtype):
     if dtype is np.float64 or dtype is float:
         return _FLOAT64
     # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
+    # np.dtype raises TypeError, ValueError or even SyntaxError for what it cannot read.
     try:
         dt = np.dtype(dtype)
-    except TypeError:
+    except Exception:
         dt = None
     for canonical in (_FLOAT64, _FLOAT32, _FLOAT16):
         if dt is not None and dt == canonical:
@@ -109,8 +123,8 @@ cdef object _as_dtype(dtype):
     raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
 
 
-cdef object _as_positions(position):
-    """Positions as a C-contiguous float64 array; integers must be exact."""
+cdef object _position_array(position):
+    """Positions as an array of real numbers, neither scanned nor copied yet."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError("position must be a real number or an array of them, got bool")
     if isinstance(position, int) and abs(position) > _EXACT_INTEGER_LIMIT:
@@ -125,11 +139,26 @@ cdef object _as_positions(position):
     if kind not in "iuf":
         raise TypeError(
             f"position must be a real number or an array of them, got dtype {arr.dtype}")
-    # Floats are checked for NaN/inf by the kernel, before it writes anything.
+    if arr.ndim >= _MAX_NDIM:
+        raise ValueError(f"position has {arr.ndim} dimensions: the output needs one more, "
+                         f"and NumPy allows {_MAX_NDIM}")
+    return arr
+
+
+cdef object _positions_float64(arr):
+    """The positions as a C-contiguous float64 array; integers must be exact.
+
+    Called once the output has been checked, so that a request that is rejected
+    anyway never scans or copies its positions.
+    """
+    kind = arr.dtype.kind
     if kind in "iu" and arr.size and arr.dtype.itemsize > 4:
         if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
             raise ValueError("position must be integers of magnitude <= 2**53")
-    return np.asarray(arr, dtype=np.float64, order="C")
+    # Floats are checked for NaN/inf by the kernel, before it writes anything; a
+    # long double beyond the float64 range becomes inf here, without a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(arr, dtype=np.float64, order="C")
 
 
 cdef object _prepare_out(out, tuple shape, dt):
@@ -156,14 +185,20 @@ cdef object _prepare_out(out, tuple shape, dt):
 
 
 cdef class _Encoding:
-    """One encoding: its width, layout and double-double frequencies."""
+    """One encoding: its width, layout and double-double frequencies.
+
+    ``frequencies[0][j] + frequencies[1][j] = scale * base ** (-j / den)``.
+    """
     cdef readonly object frequencies   # (2, n_freq) read-only float64: hi, lo rows
     cdef const double* w_hi
     cdef const double* w_lo
-    cdef Py_ssize_t width
-    cdef Py_ssize_t n_freq
-    cdef int layout
-    cdef object key
+    cdef readonly Py_ssize_t width
+    cdef readonly Py_ssize_t n_freq
+    cdef readonly int layout
+    cdef readonly double base
+    cdef readonly double den
+    cdef readonly double scale
+    cdef readonly object key
 
 
 cdef char* _address(array) except NULL:
@@ -210,6 +245,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         return <_Encoding>cached
     enc = _Encoding.__new__(_Encoding)
     enc.width, enc.n_freq, enc.layout = width, n_freq, layout_code
+    enc.base, enc.den, enc.scale = base, den, scale
     enc.key = key
     cdef Py_ssize_t stride = max(n_freq, 1)
     w = np.zeros((2, stride), dtype=np.float64)
@@ -217,6 +253,11 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     if n_freq:
         with nogil:
             frequencies(hi, hi + stride, n_freq, base, den, scale)
+        # Monotone in j: the ends are the extremes.
+        if not (isfinite(hi[0]) and isfinite(hi[n_freq - 1])
+                and (hi[n_freq - 1] != 0.0 or scale == 0.0)):
+            raise ValueError(f"base={base!r} with D={width} gives frequencies beyond the range "
+                             f"of a double (base ** (-j / {den!r}) for j < {n_freq})")
     w.flags.writeable = False
     enc.frequencies = w
     enc.w_hi = hi
@@ -269,6 +310,26 @@ def _cache_info():
     with _cache_lock:
         return (len(_cache) + len(_digit_cache), _cache_bytes + _digit_bytes,
                 _CACHE_BUDGET + _DIGIT_BUDGET)
+
+
+def _cache_snapshot():
+    """Both caches as seen under their lock, for tests: a dict of
+
+    ``encodings`` (the cached ``_Encoding`` objects), ``encoding_bytes`` and
+    ``encoding_budget``; ``levels`` (encoding key -> digit-level array),
+    ``level_bytes``, ``level_budget``, ``radix`` and ``n_levels``.
+    """
+    with _cache_lock:
+        return {
+            "encodings": list(_cache.values()),
+            "encoding_bytes": _cache_bytes,
+            "encoding_budget": _CACHE_BUDGET,
+            "levels": dict(_digit_cache),
+            "level_bytes": _digit_bytes,
+            "level_budget": _DIGIT_BUDGET,
+            "radix": _DIGIT_RADIX,
+            "n_levels": _DIGIT_LEVELS,
+        }
 
 
 # ---- running the kernels ----
@@ -389,9 +450,10 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         target = _kernel_target(result, dt)
         _fill_positions(target, dt is _FLOAT32, &p, 1, enc)
     else:
-        pos = _as_positions(position)
-        result = _prepare_out(out, pos.shape + (width,), dt)
-        enc = _encoding(width, b, s, convention, layout, freq_shift, pos.size != 0)
+        arr = _position_array(position)
+        result = _prepare_out(out, arr.shape + (width,), dt)
+        enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
+        pos = _positions_float64(arr)
         if out is not None and np.may_share_memory(pos, out):
             pos = pos.copy()
         target = _kernel_target(result, dt)

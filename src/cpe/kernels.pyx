@@ -11,7 +11,7 @@ the accuracy:
   ``(sin, cos)((start + q R) w)``, both computed as above, so only
   ``R + n / R`` rows call libm and every value stays within a few ulp.
 """
-from libc.math cimport sin, cos, log, fma, fabs, ldexp, floor, ceil, cbrt, isfinite
+from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, ceil, cbrt, isfinite
 from libc.stdlib cimport malloc, free, getenv
 from libc.stdint cimport uintptr_t
 from cython cimport floating
@@ -129,6 +129,8 @@ cdef dd _dd_exp(dd a) noexcept nogil:
     # exp(a) = 2**k * exp(r)**1024 with |r| <= ln2 / 2048; the Taylor series of
     # expm1(r) converges to 2**-110 in 11 terms, and expm1 doubles by
     # e(2x) = 2 e(x) + e(x)**2 without losing relative accuracy.
+    if not fabs(a.hi) <= 708.0:  # beyond (or NaN): no reduction needed, none possible
+        return dd(hi=exp(a.hi), lo=0.0)
     cdef double k = floor(a.hi / LN2_HI + 0.5)
     cdef dd r = _dd_add(a, _dd_mul_d(dd(hi=-LN2_HI, lo=-LN2_LO), k))
     r = dd(hi=ldexp(r.hi, -10), lo=ldexp(r.lo, -10))
@@ -145,11 +147,16 @@ cdef dd _dd_exp(dd a) noexcept nogil:
 
 
 cdef dd _dd_log(double a) noexcept nogil:
-    # One Newton step y + a * exp(-y) - 1 squares the error of libm's log.
-    cdef double y = log(a)
-    cdef dd t = _dd_mul_d(_dd_exp(dd(hi=-y, lo=0.0)), a)
+    # a = m * 2**e with 0.5 <= m < 1, so that exp(-log m) stays in range even for
+    # subnormal a; then one Newton step y + m * exp(-y) - 1 squares the error of
+    # libm's log m, and log a = log m + e ln 2.
+    cdef int e
+    cdef double m = frexp(a, &e)
+    cdef double y = log(m)
+    cdef dd t = _dd_mul_d(_dd_exp(dd(hi=-y, lo=0.0)), m)
     t = _dd_add(t, dd(hi=-1.0, lo=0.0))
-    return _dd_add(dd(hi=y, lo=0.0), t)
+    t = _dd_add(dd(hi=y, lo=0.0), t)
+    return _dd_add(t, _dd_mul_d(dd(hi=LN2_HI, lo=LN2_LO), <double>e))
 
 
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,

@@ -1,0 +1,95 @@
+"""Bugs found by the property tests, the thread tests and the fuzzer, kept fixed.
+
+Each test is the minimal reproducer of one bug, asserting the behaviour that
+replaced it.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+import cpe
+from exact import error
+
+
+def test_subnormal_base_gives_finite_accurate_frequencies():
+    # ln(base) overflowed in double-double below ~5.6e-309: [0, 1, nan, nan].
+    np.testing.assert_array_equal(cpe.positional_encoding(0, 4, base=5e-309), [0.0, 1.0, 0.0, 1.0])
+    # The largest frequency is ~1.2e308: position 1 is the most that stays finite.
+    row = cpe.positional_encoding(1, 3000, base=5e-309)
+    assert np.isfinite(row).all()
+    for k in (0, 1, 2, 3, 40, 57):  # angles up to ~1e6, where accuracy is promised
+        assert error(row[k], 1, 3000, k, 5e-309) < 1e-15
+    with pytest.raises(ValueError, match="overflows"):
+        cpe.positional_encoding(3, 3000, base=5e-309)
+
+
+def test_frequencies_beyond_the_double_range_are_a_clear_error():
+    with pytest.raises(ValueError, match="beyond the range of a double"):
+        cpe.positional_encoding(1, 4, base=5e-309, freq_shift=1.5)
+
+
+def test_an_empty_output_costs_no_frequencies():
+    tracemalloc.start()
+    try:
+        result = cpe.positional_encoding_table(0, 2**24)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.shape == (0, 2**24)
+    assert peak < 1 << 20, f"an empty (0, 2**24) table allocated {peak / 2**20:.0f} MiB"
+    assert cpe.positional_encoding([], 2**40).shape == (0, 2**40)
+
+
+@pytest.mark.parametrize("spec", ["f8,,", ("f8", -1)])  # np.dtype: SyntaxError, ValueError
+def test_every_unreadable_dtype_is_a_type_error_naming_dtype(spec):
+    with pytest.raises(TypeError, match="dtype"):
+        cpe.positional_encoding(1, 2, dtype=spec)
+
+
+def test_matrix_out_is_filled():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        out = np.matrix(np.full((2, 4), 7.0))
+    assert cpe.positional_encoding_table(2, 4, out=out) is out
+    np.testing.assert_array_equal(np.asarray(out), cpe.positional_encoding_table(2, 4))
+
+
+def test_long_double_positions_beyond_float64_raise_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="position"):
+            cpe.positional_encoding(np.array([np.longdouble("1e400")]), 4)
+
+
+def test_positions_at_numpys_dimension_limit_are_named():
+    for ndim in (64, 32):
+        try:
+            position = np.zeros((1,) * ndim)
+        except ValueError:
+            continue
+        with pytest.raises(ValueError, match="position"):
+            cpe.positional_encoding(position, 2)
+        return
+    pytest.fail("NumPy allows neither 64 nor 32 dimensions")
+
+
+def test_positions_are_not_scanned_or_copied_before_the_output_is_checked():
+    positions = np.broadcast_to(np.int64(0), (2048, 2048))  # 8 bytes of memory, 4M positions
+    out = np.full((4, 4), 7.0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="out must have shape"):
+            cpe.positional_encoding(positions, 4, out=out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, 7.0)
+    assert peak < 4 << 20, f"a rejected call allocated {peak / 2**20:.0f} MiB first"
+    # Too large to make at all: rejected at once, without scanning 2**62 positions.
+    with pytest.raises(ValueError, match="too large"):
+        cpe.positional_encoding(np.broadcast_to(np.int8(0), (2**31, 2**31)), 4)
