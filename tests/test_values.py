@@ -211,13 +211,16 @@ def test_shifted_interleaved_is_not_confused_with_the_paper_encoding():
 
 
 def test_frequency_cache_stays_within_its_budget():
-    from cpe._core import _cache_info
+    from cpe._core import _cache_snapshot
 
     for D in range(1, 3000, 7):
         cpe.positional_encoding(1, D, base=1000.0 + D)
-    entries, used, budget = _cache_info()
-    assert 0 < used <= budget
-    assert entries > 0
+        cpe.positional_encoding_table(100, D, base=1000.0 + D)
+    snap = _cache_snapshot()
+    assert 0 < snap["encoding_bytes"] <= snap["encoding_budget"]
+    assert 0 < snap["level_bytes"] <= snap["level_budget"]
+    assert snap["encodings"]
+    assert snap["levels"]
 
 
 DETERMINISM_REQUESTS = [

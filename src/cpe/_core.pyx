@@ -305,13 +305,6 @@ cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
     return tables
 
 
-def _cache_info():
-    """``(entries, bytes, budget)`` of the caches together, for tests and debugging."""
-    with _cache_lock:
-        return (len(_cache) + len(_digit_cache), _cache_bytes + _digit_bytes,
-                _CACHE_BUDGET + _DIGIT_BUDGET)
-
-
 def _cache_snapshot():
     """Both caches as seen under their lock, for tests: a dict of
 
