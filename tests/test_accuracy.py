@@ -93,7 +93,9 @@ def test_float16_within_half_ulp(report_error):
     for p, row in zip(positions.tolist(), rows, strict=True):
         for k in sample_columns(rng, D):
             half_ulp = float(np.spacing(np.float16(abs(row[k])))) / 2
-            report_error("float16 minus half an ulp", error(row[k], p, D, k) - half_ulp, 1e-15)
+            report_error(
+                "float16: error beyond half an ulp", error(row[k], p, D, k) - half_ulp, 1e-15
+            )
 
 
 def test_other_bases(report_error):

@@ -9,8 +9,7 @@
 # examples each (profile "valgrind"): every public function, every error path and
 # both kernels, in about 90 s. Left out: test_accuracy (80 s of mpmath through the
 # same kernels as test_values), test_threads (valgrind runs one thread at a time,
-# so the GIL check cannot hold), test_leaks (timing and RSS meters), and
-# test_known_bugs (bug trackers; valgrind computes long double as double).
+# so the GIL check cannot hold), test_leaks (timing and RSS meters).
 set -euo pipefail
 root=$(pwd)
 work="${CPE_CI_WORK:?CPE_CI_WORK is set by .ci/run}/valgrind"

@@ -6,6 +6,7 @@ Usage errors print one line and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ import numpy.typing as npt
 import cpe
 from cpe._conventions import CONVENTIONS
 
-PLOT_HINT = "cpe plot needs matplotlib: pip install 'cpe-encodings[plot]'"
+PLOT_HINT = "cpe plot needs matplotlib: pip install matplotlib"
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -162,8 +163,8 @@ def _emit(array: npt.NDArray[Any], fmt: str, output: pathlib.Path | None) -> Non
         np.savez(output, encoding=array)
     elif suffix == ".csv":
         np.savetxt(output, rows, delimiter=",", fmt=digits)
-    elif suffix == ".txt":
-        output.write_text(np.array2string(array, threshold=sys.maxsize, max_line_width=100) + "\n")
+    elif suffix == ".txt":  # whitespace-separated rows: np.loadtxt reads them back
+        np.savetxt(output, rows, fmt=digits)
     else:
         raise ValueError(f"--output must end in .npy, .npz, .csv or .txt, got {output.name!r}")
 
@@ -219,6 +220,16 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`cpe table 1000 8 | head -1`): stop quietly, and keep
+        # Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         from cpe.benchmark import run
@@ -240,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(table, args.format, args.output)
         elif args.command == "plot":
             return _plot(args)
+    except BrokenPipeError:
+        raise
     except (TypeError, ValueError, OverflowError, MemoryError, OSError) as exc:
         parser.exit(2, f"cpe {args.command}: error: {exc}\n")
     return 0

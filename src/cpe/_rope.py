@@ -87,7 +87,12 @@ def rope_cos_sin(
             n, width, start=start, base=base, dtype=dtype, layout=kernel_layout
         )
     else:
-        table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
+        try:
+            table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
+        except (TypeError, ValueError) as exc:
+            if str(exc).startswith("position"):  # here the positions are the argument n
+                raise type(exc)(f"n (the positions): {exc}") from None
+            raise
     cos, sin = table, np.empty_like(table)
     half = width // 2
     if layout == "half":
@@ -103,7 +108,12 @@ def rope_cos_sin(
 
 def _is_count(n: Any) -> TypeGuard[int]:
     """An integer scalar (a row count), as opposed to an array of positions."""
-    if isinstance(n, (bool, np.bool_)) or np.ndim(n) != 0:
+    if isinstance(n, (bool, np.bool_)):
+        return False
+    try:
+        if np.ndim(n) != 0:
+            return False
+    except ValueError:  # a ragged sequence: not a count (positional_encoding says why)
         return False
     try:
         operator.index(n)

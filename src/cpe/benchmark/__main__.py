@@ -2,6 +2,6 @@
 
 import sys
 
-from cpe.benchmark import main
+from cpe.benchmark import run
 
-sys.exit(main())
+sys.exit(run.main(prog="python -m cpe.benchmark"))

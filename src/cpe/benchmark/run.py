@@ -96,7 +96,12 @@ QUICK = Plan(
 
 def _widths(text: str) -> tuple[int, ...]:
     """ "64,512" -> (64, 512); widths are even: the usual code needs it."""
-    widths = tuple(int(part) for part in text.split(","))
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"widths are integers such as 64,512, got {text!r}"
+        ) from None
     if any(D < 2 or D % 2 for D in widths):
         raise argparse.ArgumentTypeError(f"widths must be even and >= 2, got {text}")
     return widths
@@ -106,7 +111,9 @@ def _table_sizes(text: str) -> tuple[tuple[int, int], ...]:
     """ "512x512,8192x1024" -> ((512, 512), (8192, 1024))."""
     sizes = []
     for part in text.split(","):
-        n, _, D = part.partition("x")
+        n, x, D = part.partition("x")
+        if not x or not n.isdigit():
+            raise argparse.ArgumentTypeError(f"table sizes are NxD such as 512x512, got {text!r}")
         sizes.append((int(n), _widths(D)[0]))
     return tuple(sizes)
 
