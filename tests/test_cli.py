@@ -176,7 +176,8 @@ def test_a_closed_pipe_ends_the_command_quietly():
     process = subprocess.Popen(
         [str(SCRIPT), "table", "200000", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
     process.stdout.readline()
     process.stdout.close()
     stderr = process.stderr.read().decode()
