@@ -156,7 +156,7 @@ def _valid_element(c: Chooser, dtype: np.dtype) -> Any:
 def _strided(a: np.ndarray) -> np.ndarray:
     if a.ndim == 0:
         return a
-    big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
     big[..., ::2] = a
     return big[..., ::2]
 
@@ -553,7 +553,7 @@ BAD_REALS = (
     [1.0],
     np.array([1.0]),
     10**400,
-    Decimal("1"),
+    Decimal(1),
     object(),
     np.longdouble("1e400"),
     np.float64(np.nan),
@@ -642,7 +642,7 @@ def hostile_interpolation_scale(c: Chooser) -> Any:
     return one_of(
         c,
         valid_interpolation_scale,
-        lambda c: pick(c, BAD_REALS + (0, 0.0, -0.0, -1.0, -1e-300)),
+        lambda c: pick(c, (*BAD_REALS, 0, 0.0, -0.0, -1.0, -1e-300)),
         lambda c: _bounded_positive(c.real()),
     )
 
@@ -728,9 +728,7 @@ PARAMETERS: dict[str, Parameter] = {
     "layout": Parameter(
         _valid_choice(LAYOUTS_1D), _hostile_choice(LAYOUTS_1D, True), ("layout",), _identity
     ),
-    "freq_shift": Parameter(
-        valid_freq_shift, hostile_freq_shift, ("freq_shift",), _optional_float
-    ),
+    "freq_shift": Parameter(valid_freq_shift, hostile_freq_shift, ("freq_shift",), _optional_float),
     # "position * frequency overflows": scale multiplies every frequency (as base does).
     "scale": Parameter(valid_scale, hostile_scale, ("scale", "frequency"), _real),
     "convention": Parameter(valid_convention, hostile_convention, ("convention",), _identity),
@@ -763,9 +761,14 @@ PARAMETERS: dict[str, Parameter] = {
 # Arguments whose name is shared with another function but whose values are not.
 OVERRIDES: dict[str, dict[str, Parameter]] = {
     "sincos_2d": {
-        "D": Parameter(valid_width_4, _hostile_width(valid_width_4), ("D", "output"), operator.index),
+        "D": Parameter(
+            valid_width_4, _hostile_width(valid_width_4), ("D", "output"), operator.index
+        ),
         "layout": Parameter(
-            _valid_choice(GRID_LAYOUTS), _hostile_choice(GRID_LAYOUTS, False), ("layout",), _identity
+            _valid_choice(GRID_LAYOUTS),
+            _hostile_choice(GRID_LAYOUTS, False),
+            ("layout",),
+            _identity,
         ),
     },
     "sincos_3d": {
@@ -779,7 +782,10 @@ OVERRIDES: dict[str, dict[str, Parameter]] = {
         # cpe.rope_cos_sin([1.0], 4, start="x") returns the tables.
         "start": Parameter(valid_start, hostile_start, ("start",), _unchecked_start),
         "layout": Parameter(
-            _valid_choice(ROPE_LAYOUTS), _hostile_choice(ROPE_LAYOUTS, False), ("layout",), _identity
+            _valid_choice(ROPE_LAYOUTS),
+            _hostile_choice(ROPE_LAYOUTS, False),
+            ("layout",),
+            _identity,
         ),
     },
 }
@@ -954,7 +960,7 @@ class CallSpec:
     def call(self, args: Mapping[str, Any], out: Any = NO_OUT) -> Any:
         """Call cpe; an argument missing from ``args`` is left at its default."""
         positional = [args[name] for name in self.positional]
-        keywords = {name: args[name] for name in self.keywords + ("dtype",) if name in args}
+        keywords = {name: args[name] for name in (*self.keywords, "dtype") if name in args}
         if out is not NO_OUT:
             keywords["out"] = out
         return self.function(*positional, **keywords)
@@ -963,7 +969,8 @@ class CallSpec:
         """The output arrays of a result (a tuple of ``outputs`` of them, or one)."""
         if self.outputs == 1:
             return (result,)
-        assert type(result) is tuple and len(result) == self.outputs, type(result)
+        assert type(result) is tuple, type(result)
+        assert len(result) == self.outputs, len(result)
         return result
 
     def oracle_arguments(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -988,7 +995,7 @@ SPECS: tuple[CallSpec, ...] = (
         "positional_encoding",
         ("position", "D"),
         ("base", *ENCODING_KEYWORDS),
-        shape=lambda a: a["position"].shape + (a["D"],),
+        shape=lambda a: (*a["position"].shape, a["D"]),
         angle_bound=lambda a: _largest(a["position"]) * _encoding_factor(a),
         example=lambda rows, D: {"position": np.arange(rows), "D": D},
         overlappable="position",
@@ -1113,13 +1120,13 @@ def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
 
 def _wrong_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     candidates = [
-        shape[:-1] + (shape[-1] + 1,),
-        shape + (1,),
+        (*shape[:-1], shape[-1] + 1),
+        (*shape, 1),
         shape[1:],
-        (1,) + shape,
+        (1, *shape),
         tuple(reversed(shape)),
         (),
-        (0,) + shape[1:],
+        (0, *shape[1:]),
     ]
     return [s for s in candidates if s != shape]
 
@@ -1145,7 +1152,7 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
     if kind == "object_dtype":
         return _case(kind, np.full(shape, 7.0, dtype=object), None)
     if kind == "strided" and shape:
-        view, owner = _owned(shape[:-1] + (2 * shape[-1],), dtype)
+        view, owner = _owned((*shape[:-1], 2 * shape[-1]), dtype)
         return _case(kind, view[..., ::2], owner)
     if kind == "fortran" and shape:
         view, owner = _owned(tuple(reversed(shape)), dtype)
@@ -1258,7 +1265,7 @@ def _avoid_empty_and_huge(c: Chooser, spec: CallSpec, args: dict[str, Any]) -> N
         shape = tuple(spec.shape(spec.oracle_arguments(args)))
     except Exception:
         return
-    if 0 not in shape or max(shape) <= 2**31 and math.prod(n for n in shape if n) <= 2**31:
+    if 0 not in shape or (max(shape) <= 2**31 and math.prod(n for n in shape if n) <= 2**31):
         return
     for name in spec.positional:
         size = _size(args.get(name))

@@ -61,16 +61,20 @@ def test_byte_count_past_py_ssize_t_is_a_value_error(spec, dtype):
     itemsize = np.dtype(dtype).itemsize
     for D in (_past_py_ssize_t(itemsize, spec.width_multiple), 2**62, sys.maxsize):
         exc = _call_cheaply(spec, D, dtype)
-        assert isinstance(exc, ValueError) and "too large" in str(exc), repr(exc)
+        assert isinstance(exc, ValueError), repr(exc)
+        assert "too large" in str(exc), repr(exc)
     exc = _call_cheaply(spec, sys.maxsize + 1, dtype)
-    assert isinstance(exc, ValueError) and f"{spec.width} is too large" in str(exc), repr(exc)
+    assert isinstance(exc, ValueError), repr(exc)
+    assert f"{spec.width} is too large" in str(exc), repr(exc)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_byte_count_just_below_py_ssize_t_is_a_memory_error(spec, dtype):
     # Representable, so it reaches the allocator, which cannot give 2**63 bytes.
-    exc = _call_cheaply(spec, _below_py_ssize_t(np.dtype(dtype).itemsize, spec.width_multiple), dtype)
+    exc = _call_cheaply(
+        spec, _below_py_ssize_t(np.dtype(dtype).itemsize, spec.width_multiple), dtype
+    )
     assert isinstance(exc, MemoryError), repr(exc)
 
 
@@ -82,7 +86,8 @@ def test_huge_request_leaves_a_callers_out_untouched(spec, dtype):
     multiple = spec.width_multiple
     for D in (_past_py_ssize_t(itemsize, multiple), _below_py_ssize_t(itemsize, multiple), 2**62):
         exc = _call_cheaply(spec, D, dtype, out=out)
-        assert isinstance(exc, ValueError) and "out must have shape" in str(exc), repr(exc)
+        assert isinstance(exc, ValueError), repr(exc)
+        assert "out must have shape" in str(exc), repr(exc)
         np.testing.assert_array_equal(out, 7.0)
 
 

@@ -187,7 +187,7 @@ class Ticker(threading.Thread):
 
     def longest_pause_within(self, t0: float, t1: float) -> float:
         time.sleep(0.01)  # let it run, closing a pause that spans t1
-        pauses = self.pauses + [(self.last, time.perf_counter())]
+        pauses = [*self.pauses, (self.last, time.perf_counter())]
         return max(0.0, *(min(b, t1) - max(a, t0) for a, b in pauses))
 
 
