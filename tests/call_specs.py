@@ -477,7 +477,7 @@ def hostile_rope_n(c: Chooser) -> Any:
     # BUG (rope_cos_sin, position errors): anything that is not an integer count is
     # handed to positional_encoding, whose errors name "position", never "n"
     # (rope_cos_sin([1, None], 4), rope_cos_sin(np.array([np.nan]), 4),
-    # rope_cos_sin("4", 4), rope_cos_sin(4.5e300, 4) ...). Until the message names
+    # rope_cos_sin("4", 4), rope_cos_sin(None, 4) ...). Until the message names
     # n, only counts (good or bad) and valid positions are drawn here.
     return one_of(
         c,
@@ -589,7 +589,7 @@ def _not_tiny_or_huge(x: float) -> float:
     # BUG (scale far from 1): when scale * base ** (-j / den) leaves the double
     # range, the error blames base and D, never scale:
     # cpe.positional_encoding(1, 8, scale=5e-324) and
-    # cpe.positional_encoding(1, 8, base=0.5, scale=1e308). Such scales are avoided.
+    # cpe.positional_encoding(1, 8, base=0.1, scale=1e308). Such scales are avoided.
     if not math.isfinite(x) or x == 0.0 or 1e-280 <= abs(x) <= 1e280:
         return x
     return math.copysign(1e-280 if abs(x) < 1.0 else 1e280, x)
