@@ -20,14 +20,14 @@ clang build with -fsanitize=fuzzer-no-link).
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
+from pathlib import Path
 
 import atheris
-import numpy  # noqa: F401  (imported first so that only our own modules are instrumented)
+import numpy as np  # noqa: F401  (imported first so that only our own modules are instrumented)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 with atheris.instrument_imports():
     import call_specs
@@ -64,7 +64,7 @@ def test_one_input(data: bytes) -> None:
 
 def main() -> None:
     warnings.simplefilter("error")  # a warning escaping cpe is a finding
-    print(f"fuzzing cpe {cpe.__version__} from {os.path.dirname(cpe.__file__)}", flush=True)
+    print(f"fuzzing cpe {cpe.__version__} from {Path(cpe.__file__).parent}", flush=True)
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

@@ -37,6 +37,7 @@ import numpy as np
 
 import cpe
 from cpe import _reference
+from cpe._conventions import CONVENTIONS
 
 T = TypeVar("T")
 LIMIT = 2**53  # largest exact integer position
@@ -155,7 +156,7 @@ def _valid_element(c: Chooser, dtype: np.dtype) -> Any:
 def _strided(a: np.ndarray) -> np.ndarray:
     if a.ndim == 0:
         return a
-    big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
     big[..., ::2] = a
     return big[..., ::2]
 
@@ -458,6 +459,238 @@ def hostile_dtype(c: Chooser) -> Any:
     return one_of(c, valid_dtype, lambda c: pick(c, BAD_DTYPES))
 
 
+def _not_a_count(position: Any) -> Any:
+    """rope_cos_sin reads an integer scalar as a row count: make scalars floats."""
+    if np.ndim(position) == 0 and not isinstance(position, (bool, np.bool_)):
+        try:
+            return float(operator.index(position))
+        except TypeError:
+            return position
+    return position
+
+
+def valid_rope_n(c: Chooser) -> Any:
+    return one_of(c, valid_rows, lambda c: _not_a_count(valid_positions(c)))
+
+
+def hostile_rope_n(c: Chooser) -> Any:
+    # BUG (rope_cos_sin, position errors): anything that is not an integer count is
+    # handed to positional_encoding, whose errors name "position", never "n"
+    # (rope_cos_sin([1, None], 4), rope_cos_sin(np.array([np.nan]), 4),
+    # rope_cos_sin("4", 4), rope_cos_sin(None, 4) ...). Until the message names
+    # n, only counts (good or bad) and valid positions are drawn here.
+    return one_of(
+        c,
+        valid_rope_n,
+        lambda c: c.integer(-5, 70),
+        lambda c: pick(c, HUGE_COUNTS),
+        lambda c: -pick(c, HUGE_COUNTS),
+        lambda c: pick(c, (True, False, np.True_, np.False_)),
+        lambda c: _integer_like(c, c.integer(-3, 70)),
+        lambda c: np.uint64(pick(c, (2**63, 2**64 - 1))),
+    )
+
+
+def _multiple_of(k: int, valid: Callable[[Chooser], int]) -> Callable[[Chooser], int]:
+    return lambda c: k * max(1, valid(c) // k)
+
+
+valid_width_4 = _multiple_of(4, valid_width)
+valid_width_16 = _multiple_of(16, valid_width)
+valid_head_dim = _multiple_of(2, valid_width)
+
+
+def _hostile_width(valid: Callable[[Chooser], int]) -> Callable[[Chooser], Any]:
+    hostile = _hostile_count(valid)
+    return lambda c: one_of(c, hostile, lambda c: valid(c) + c.integer(1, 3))  # not a multiple
+
+
+def valid_grid_side(c: Chooser) -> int:
+    return c.integer(0, 6)
+
+
+def valid_video_side(c: Chooser) -> int:
+    return c.integer(0, 4)
+
+
+def valid_extra_tokens(c: Chooser) -> int:
+    return c.integer(0, 3)
+
+
+LAYOUTS_1D = (None, "interleaved", "sin_cos", "cos_sin")
+BAD_LAYOUTS = ("", "INTERLEAVED", "sin-cos", "mae", "half", 0, 1.5, b"sin_cos", object(), True)
+GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
+ROPE_LAYOUTS = ("half", "interleaved")
+# BUG (sincos_2d, rope_cos_sin, layout=array): `layout not in (...)` compares an
+# array elementwise; with two or more elements it raises NumPy's "The truth value
+# of an array with more than one element is ambiguous", which names no argument:
+# cpe.sincos_2d(2, 2, 8, layout=np.array(["mae", "timm"])). Such arrays are left
+# out of the hostile layouts below; positional_encoding checks isinstance first.
+LIST_LAYOUTS = (["sin_cos"], ("mae",), ["half"])
+
+
+def _valid_choice(options: Sequence[Any]) -> Callable[[Chooser], Any]:
+    return lambda c: pick(c, options)
+
+
+def _hostile_choice(options: Sequence[Any], arrays: bool) -> Callable[[Chooser], Any]:
+    bad = BAD_LAYOUTS + LIST_LAYOUTS + (None,)
+    if arrays:
+        bad += (np.array(["sin_cos", "mae"]), np.array([]))
+    return lambda c: one_of(c, _valid_choice(options), lambda c: pick(c, bad))
+
+
+BAD_REALS = (
+    math.nan,
+    math.inf,
+    -math.inf,
+    True,
+    np.False_,
+    None,
+    "1",
+    b"1",
+    1j,
+    [1.0],
+    np.array([1.0]),
+    10**400,
+    Decimal(1),
+    object(),
+    np.longdouble("1e400"),
+    np.float64(np.nan),
+)
+
+
+def valid_freq_shift(c: Chooser) -> Any:
+    # Shifts s <= 1 keep every frequency within [min(1, 1/base), max(1, 1/base)],
+    # as the paper's do; draw_call raises D when D // 2 - s <= 0.
+    return one_of(
+        c,
+        lambda c: pick(c, (None, 0.0, 1.0, 0, 1, np.float32(1.0), Fraction(1, 2), np.array(0.5))),
+        lambda c: c.uniform(-100.0, 1.0),
+    )
+
+
+def hostile_freq_shift(c: Chooser) -> Any:
+    # BUG (freq_shift near D // 2): with 0 < D // 2 - s < 1 the frequencies
+    # base ** (-j / (D // 2 - s)) leave the double range and the error names base
+    # and D, never freq_shift: cpe.positional_encoding(1, 8, freq_shift=3.99999).
+    # Hostile shifts above 1 are therefore integers (D // 2 - s >= 1 or <= 0).
+    return one_of(
+        c,
+        valid_freq_shift,
+        lambda c: pick(c, BAD_REALS),
+        lambda c: -abs(c.real()),
+        lambda c: pick(c, (int, float, np.float64))(c.integer(2, 80)),
+        lambda c: pick(c, (1e300, 2.0**63, 10**30)),
+    )
+
+
+def _not_tiny_or_huge(x: float) -> float:
+    # BUG (scale far from 1): when scale * base ** (-j / den) leaves the double
+    # range, the error blames base and D, never scale:
+    # cpe.positional_encoding(1, 8, scale=5e-324) and
+    # cpe.positional_encoding(1, 8, base=0.1, scale=1e308). Such scales are avoided.
+    if not math.isfinite(x) or x == 0.0 or 1e-280 <= abs(x) <= 1e280:
+        return x
+    return math.copysign(1e-280 if abs(x) < 1.0 else 1e280, x)
+
+
+def valid_scale(c: Chooser) -> Any:
+    return one_of(
+        c,
+        lambda c: pick(c, (1.0, 0.0, -1.0, 2, 0.5, np.float32(2.0), Fraction(1, 3), np.array(1.5))),
+        lambda c: _not_tiny_or_huge(c.uniform(-1000.0, 1000.0)),
+    )
+
+
+def hostile_scale(c: Chooser) -> Any:
+    return one_of(
+        c, valid_scale, lambda c: pick(c, BAD_REALS), lambda c: _not_tiny_or_huge(c.real())
+    )
+
+
+def valid_convention(c: Chooser) -> Any:
+    return pick(c, (None, *CONVENTIONS))
+
+
+def hostile_convention(c: Chooser) -> Any:
+    bad = ("", "Paper", "bert", "sin_cos", 1, b"paper", ["paper"], object(), True, math.nan)
+    return one_of(c, valid_convention, lambda c: pick(c, bad))
+
+
+def _bounded_positive(x: float) -> float:
+    # BUG (sincos_2d/sincos_3d, extreme coordinate scales): coordinates
+    # i * base_size / n / interpolation_scale that overflow escape NumPy's
+    # "RuntimeWarning: overflow/invalid value encountered in multiply", then fail
+    # on an error naming "position": cpe.sincos_2d(3, 3, 8, base_size=1e300,
+    # interpolation_scale=1e-200), cpe.sincos_3d(3, 3, 3, 16,
+    # temporal_interpolation_scale=1e-308). Positive values stay in [1e-100, 1e100].
+    if math.isfinite(x) and x > 0.0:
+        return min(max(x, 1e-100), 1e100)
+    return x
+
+
+def valid_interpolation_scale(c: Chooser) -> Any:
+    return one_of(
+        c,
+        lambda c: pick(c, (1.0, 1, 2.0, 0.5, np.float64(1.5), np.float32(0.25), Fraction(1, 2))),
+        lambda c: c.uniform(0.25, 8.0),
+    )
+
+
+def hostile_interpolation_scale(c: Chooser) -> Any:
+    return one_of(
+        c,
+        valid_interpolation_scale,
+        lambda c: pick(c, (*BAD_REALS, 0, 0.0, -0.0, -1.0, -1e-300)),
+        lambda c: _bounded_positive(c.real()),
+    )
+
+
+def valid_base_size(c: Chooser) -> Any:
+    return one_of(
+        c,
+        lambda c: pick(c, (None, 16, 16.0, 1, np.float32(8.0), Fraction(3, 2))),
+        lambda c: c.uniform(0.5, 64.0),
+    )
+
+
+def hostile_base_size(c: Chooser) -> Any:
+    return one_of(c, valid_base_size, hostile_interpolation_scale)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _real(value: Any) -> float:
+    if isinstance(value, np.ndarray):
+        value = value[()]
+    return float(value)
+
+
+def _rope_positions(n: Any) -> Any:
+    """How cpe.rope_cos_sin reads n: an int (a count) or float64 positions."""
+    if np.ndim(n) == 0 and not isinstance(n, (bool, np.bool_)):
+        try:
+            return operator.index(n)
+        except TypeError:
+            pass
+    return _as_float64(n)
+
+
+def _unchecked_start(start: Any) -> Any:
+    """start as an int, or as it is where rope_cos_sin ignores it (for positions)."""
+    try:
+        return operator.index(start)
+    except TypeError:
+        return start
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 # ---- the tables ----
 
 
@@ -477,6 +710,13 @@ def _as_float64(position: Any) -> np.ndarray:
         return a.astype(np.float64)
 
 
+def _count(
+    valid: Callable[[Chooser], int], name: str
+) -> tuple[Callable[[Chooser], Any], Callable[[Chooser], Any], tuple[str, ...], Any]:
+    """A size argument: its makers, its words (a too large output names "output")."""
+    return valid, _hostile_count(valid), (name, "output"), operator.index
+
+
 PARAMETERS: dict[str, Parameter] = {
     "position": Parameter(valid_positions, hostile_positions, ("position",), _as_float64),
     "n": Parameter(valid_rows, _hostile_count(valid_rows), ("n", "output"), operator.index),
@@ -485,21 +725,203 @@ PARAMETERS: dict[str, Parameter] = {
     # "position * frequency overflows": the product of a position and a frequency.
     "base": Parameter(valid_base, hostile_base, ("base", "frequency"), float),
     "dtype": Parameter(valid_dtype, hostile_dtype, ("dtype",), None),
+    "layout": Parameter(
+        _valid_choice(LAYOUTS_1D), _hostile_choice(LAYOUTS_1D, True), ("layout",), _identity
+    ),
+    "freq_shift": Parameter(valid_freq_shift, hostile_freq_shift, ("freq_shift",), _optional_float),
+    # "position * frequency overflows": scale multiplies every frequency (as base does).
+    "scale": Parameter(valid_scale, hostile_scale, ("scale", "frequency"), _real),
+    "convention": Parameter(valid_convention, hostile_convention, ("convention",), _identity),
+    "grid_h": Parameter(*_count(valid_grid_side, "grid_h")),
+    "grid_w": Parameter(*_count(valid_grid_side, "grid_w")),
+    "extra_tokens": Parameter(*_count(valid_extra_tokens, "extra_tokens")),
+    "base_size": Parameter(valid_base_size, hostile_base_size, ("base_size",), _optional_float),
+    "interpolation_scale": Parameter(
+        valid_interpolation_scale, hostile_interpolation_scale, ("interpolation_scale",), _real
+    ),
+    "t": Parameter(*_count(valid_video_side, "t")),
+    "h": Parameter(*_count(valid_video_side, "h")),
+    "w": Parameter(*_count(valid_video_side, "w")),
+    "temporal_interpolation_scale": Parameter(
+        valid_interpolation_scale,
+        hostile_interpolation_scale,
+        ("temporal_interpolation_scale",),
+        _real,
+    ),
+    "spatial_interpolation_scale": Parameter(
+        valid_interpolation_scale,
+        hostile_interpolation_scale,
+        ("spatial_interpolation_scale",),
+        _real,
+    ),
+    "head_dim": Parameter(
+        valid_head_dim, _hostile_width(valid_head_dim), ("head_dim", "output"), operator.index
+    ),
+}
+# Arguments whose name is shared with another function but whose values are not.
+OVERRIDES: dict[str, dict[str, Parameter]] = {
+    "sincos_2d": {
+        "D": Parameter(
+            valid_width_4, _hostile_width(valid_width_4), ("D", "output"), operator.index
+        ),
+        "layout": Parameter(
+            _valid_choice(GRID_LAYOUTS),
+            _hostile_choice(GRID_LAYOUTS, False),
+            ("layout",),
+            _identity,
+        ),
+    },
+    "sincos_3d": {
+        "D": Parameter(
+            valid_width_16, _hostile_width(valid_width_16), ("D", "output"), operator.index
+        ),
+    },
+    "rope_cos_sin": {
+        "n": Parameter(valid_rope_n, hostile_rope_n, ("n", "output"), _rope_positions),
+        # With positions for n, start is not looked at (not even checked):
+        # cpe.rope_cos_sin([1.0], 4, start="x") returns the tables.
+        "start": Parameter(valid_start, hostile_start, ("start",), _unchecked_start),
+        "layout": Parameter(
+            _valid_choice(ROPE_LAYOUTS),
+            _hostile_choice(ROPE_LAYOUTS, False),
+            ("layout",),
+            _identity,
+        ),
+    },
 }
 OUT_WORDS = ("out",)
 
 
-def angle_factor(D: int, base: float) -> float:
-    """Bound on w_j * (1 + |ln w_j|): the oracle rounds the exponent -2j/D, which
-    moves w_j by |ln w_j| * 2**-53 relative (<= 1 for base >= 1)."""
+def angle_factor(D: int, base: float, freq_shift: float | None = None) -> float:
+    """Bound on w_j * (1 + |ln w_j|): the oracle rounds the exponent -2j/D (or
+    -j/(D//2 - s)), which moves w_j by |ln w_j| * 2**-53 relative."""
     with np.errstate(all="ignore"):
-        w = _reference.frequencies(D, base)
+        if freq_shift is None:
+            w = _reference.frequencies(D, base)
+        else:
+            half = D // 2
+            w = np.float64(base) ** (-np.arange(half) / (half - freq_shift))
         factor = np.max(w * (1.0 + np.abs(np.log(w)))) if w.size else 1.0
     return float(max(1.0, factor)) if math.isfinite(factor) else math.inf
 
 
 def _largest(a: np.ndarray) -> float:
     return float(np.max(np.abs(a))) if a.size else 0.0
+
+
+def _encoding_factor(a: Mapping[str, Any]) -> float:
+    """angle_factor times |scale|, for the frequencies the keywords select."""
+    shift = a.get("freq_shift")
+    if a.get("convention") is not None:
+        shift = CONVENTIONS[a["convention"]].freq_shift
+    factor = angle_factor(a["D"], a.get("base", 10000.0), shift)
+    return abs(a.get("scale", 1.0)) * factor
+
+
+def _table_reach(a: Mapping[str, Any]) -> float:
+    start = a.get("start", 0)
+    return float(max(abs(start), abs(start + a["n"] - 1)))
+
+
+def _coordinate_reach(size: int, a: Mapping[str, Any], scale: str) -> float:
+    """Largest coordinate of a grid axis of ``size`` tokens."""
+    step = 1.0 if a.get("base_size") is None or not size else a["base_size"] / size
+    return max(0, size - 1) * step / a.get(scale, 1.0)
+
+
+def _sincos_2d_bound(a: Mapping[str, Any]) -> float:
+    reach = max(
+        _coordinate_reach(a["grid_h"], a, "interpolation_scale"),
+        _coordinate_reach(a["grid_w"], a, "interpolation_scale"),
+    )
+    return reach * angle_factor(a["D"] // 2, a.get("base", 10000.0))
+
+
+def _sincos_3d_bound(a: Mapping[str, Any]) -> float:
+    base = a.get("base", 10000.0)
+    time = _coordinate_reach(a["t"], a, "temporal_interpolation_scale")
+    space = max(
+        _coordinate_reach(a["h"], a, "spatial_interpolation_scale"),
+        _coordinate_reach(a["w"], a, "spatial_interpolation_scale"),
+    )
+    quarter = a["D"] // 4
+    return max(
+        time * angle_factor(quarter, base), space * angle_factor((a["D"] - quarter) // 2, base)
+    )
+
+
+def _rope_shape(a: Mapping[str, Any]) -> tuple[int, ...]:
+    n = a["n"]
+    rows = (n,) if isinstance(n, int) else np.shape(n)
+    return (*rows, a["head_dim"])
+
+
+def _rope_bound(a: Mapping[str, Any]) -> float:
+    n = a["n"]
+    reach = _table_reach(a) if isinstance(n, int) else _largest(np.asarray(n))
+    return reach * angle_factor(a["head_dim"], a.get("base", 10000.0))
+
+
+def _size(value: Any) -> int | None:
+    """``value`` as an int if it is one (so that draw_call can adjust sizes), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _constrain_encoding(args: dict[str, Any], mode: str, hostile: str | None) -> None:
+    """Make the valid arguments agree with each other (convention, freq_shift, D)."""
+    if mode == "arbitrary":
+        return
+    if (
+        hostile not in ("convention", "layout", "freq_shift")
+        and args.get("convention") is not None
+        and (args.get("layout") is not None or args.get("freq_shift") is not None)
+    ):
+        del args["convention"]  # it cannot be combined with layout or freq_shift
+    shift = args.get("freq_shift")
+    if isinstance(args.get("convention"), str) and args["convention"] in CONVENTIONS:
+        # BUG (convention with a small D): cpe.positional_encoding(1, 2,
+        # convention="fairseq") says "freq_shift=1.0 needs D // 2 - freq_shift > 0,
+        # got D=2": it names freq_shift, which was not passed, and not convention.
+        # A valid D is raised here even when the convention is the hostile argument.
+        shift = CONVENTIONS[args["convention"]].freq_shift
+    if hostile in ("D", "freq_shift") or shift is None:
+        return
+    try:
+        needed = 2 * (math.floor(float(shift)) + 1)  # the smallest D with D // 2 > shift
+    except (TypeError, ValueError, OverflowError):
+        return
+    if "D" in args and _size(args["D"]) is not None and _size(args["D"]) < needed:
+        args["D"] = needed
+
+
+def _constrain_grid(*sides: str) -> Callable[[dict[str, Any], str, str | None], None]:
+    def constrain(args: dict[str, Any], mode: str, hostile: str | None) -> None:
+        # BUG (sincos_2d/sincos_3d, an empty grid with a huge side): the axes are
+        # encoded before the empty output is filled, so cpe.sincos_2d(2**54, 0, 8)
+        # raises "start and start + n must be integers of magnitude <= 2**53" (no
+        # grid_h in it), cpe.sincos_2d(2**40, 0, 8) tries to allocate 32 TiB and
+        # cpe.sincos_2d(0, 2**20, 8) computes 2**20 rows for a (0, 8) result. Here
+        # an empty side becomes 1 when another side is larger than 64.
+        sizes = {name: _size(args.get(name)) for name in sides if name in args}
+        if any(size is not None and size > 64 for size in sizes.values()):
+            for name, size in sizes.items():
+                if size == 0:
+                    args[name] = 1
+
+    return constrain
+
+
+def _no_constraint(args: dict[str, Any], mode: str, hostile: str | None) -> None:
+    return None
+
+
+def _multiple(D: int, k: int) -> int:
+    return max(k, D - D % k)
 
 
 @dataclass(frozen=True)
@@ -511,6 +933,14 @@ class CallSpec:
     angle_bound: Callable[[Mapping[str, Any]], float]  # largest |angle| times angle_factor
     example: Callable[[int, int], dict[str, Any]]  # valid arguments for a (rows, D) output
     overlappable: str | None = None  # an array argument that may share memory with out=
+    has_out: bool = True  # takes out=
+    outputs: int = 1  # > 1: returns a tuple of that many arrays, each of ``shape``
+    width: str = "D"  # the argument that sets the last dimension of the output
+    width_multiple: int = 1  # which the width must be a multiple of
+    avoided_out_kinds: tuple[str, ...] = ()  # out= kinds not drawn (known cpe bugs)
+    # (args, mode, hostile name) -> None: adjusts drawn arguments in place, so that
+    # valid ones agree with each other and known cpe bugs are not drawn.
+    constrain: Callable[[dict[str, Any], str, str | None], None] = _no_constraint
 
     @property
     def function(self) -> Callable[..., Any]:
@@ -524,51 +954,98 @@ class CallSpec:
     def parameters(self) -> tuple[str, ...]:
         return self.positional + self.keywords + ("dtype",)
 
+    def parameter(self, name: str) -> Parameter:
+        return OVERRIDES.get(self.name, {}).get(name) or PARAMETERS[name]
+
     def call(self, args: Mapping[str, Any], out: Any = NO_OUT) -> Any:
         """Call cpe; an argument missing from ``args`` is left at its default."""
         positional = [args[name] for name in self.positional]
-        keywords = {name: args[name] for name in self.keywords + ("dtype",) if name in args}
+        keywords = {name: args[name] for name in (*self.keywords, "dtype") if name in args}
         if out is not NO_OUT:
             keywords["out"] = out
         return self.function(*positional, **keywords)
 
+    def arrays(self, result: Any) -> tuple[Any, ...]:
+        """The output arrays of a result (a tuple of ``outputs`` of them, or one)."""
+        if self.outputs == 1:
+            return (result,)
+        assert type(result) is tuple, type(result)
+        assert len(result) == self.outputs, len(result)
+        return result
+
     def oracle_arguments(self, args: Mapping[str, Any]) -> dict[str, Any]:
         converted = {}
         for name, value in args.items():
-            convert = PARAMETERS[name].to_oracle
+            convert = self.parameter(name).to_oracle
             if convert is not None:
                 converted[name] = convert(value)
         return converted
 
-    def expected(self, oracle_args: Mapping[str, Any]) -> np.ndarray:
+    def expected(self, oracle_args: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
         positional = [oracle_args[name] for name in self.positional]
         keywords = {name: oracle_args[name] for name in self.keywords if name in oracle_args}
         with np.errstate(all="ignore"):
-            return self.oracle(*positional, **keywords)
+            return self.arrays(self.oracle(*positional, **keywords))
 
+
+ENCODING_KEYWORDS = ("layout", "freq_shift", "scale", "convention")
 
 SPECS: tuple[CallSpec, ...] = (
     CallSpec(
         "positional_encoding",
         ("position", "D"),
-        ("base",),
-        shape=lambda a: a["position"].shape + (a["D"],),
-        angle_bound=lambda a: (
-            _largest(a["position"]) * angle_factor(a["D"], a.get("base", 10000.0))
-        ),
+        ("base", *ENCODING_KEYWORDS),
+        shape=lambda a: (*a["position"].shape, a["D"]),
+        angle_bound=lambda a: _largest(a["position"]) * _encoding_factor(a),
         example=lambda rows, D: {"position": np.arange(rows), "D": D},
         overlappable="position",
+        constrain=_constrain_encoding,
     ),
     CallSpec(
         "positional_encoding_table",
         ("n", "D"),
-        ("start", "base"),
+        ("start", "base", *ENCODING_KEYWORDS),
         shape=lambda a: (a["n"], a["D"]),
-        angle_bound=lambda a: (
-            max(abs(a.get("start", 0)), abs(a.get("start", 0) + a["n"] - 1))
-            * angle_factor(a["D"], a.get("base", 10000.0))
-        ),
+        angle_bound=lambda a: _table_reach(a) * _encoding_factor(a),
         example=lambda rows, D: {"n": rows, "D": D},
+        constrain=_constrain_encoding,
+    ),
+    CallSpec(
+        "sincos_2d",
+        ("grid_h", "grid_w", "D"),
+        ("base", "layout", "extra_tokens", "base_size", "interpolation_scale"),
+        shape=lambda a: (a.get("extra_tokens", 0) + a["grid_h"] * a["grid_w"], a["D"]),
+        angle_bound=_sincos_2d_bound,
+        example=lambda rows, D: {"grid_h": rows, "grid_w": 1, "D": _multiple(D, 4)},
+        width_multiple=4,
+        # BUG (sincos_2d, out=np.matrix): a matrix passes the out= checks, then
+        # reshaping it fails with a ValueError that does not name out, after part
+        # of it was written: cpe.sincos_2d(2, 1, 4, out=np.full((2, 4), 7.0).view(
+        # np.matrix)) leaves [[0, 1, 7, 7], [0, 1, 7, 7]] in out.
+        avoided_out_kinds=("matrix",),
+        constrain=_constrain_grid("grid_h", "grid_w"),
+    ),
+    CallSpec(
+        "sincos_3d",
+        ("t", "h", "w", "D"),
+        ("base", "temporal_interpolation_scale", "spatial_interpolation_scale"),
+        shape=lambda a: (a["t"], a["h"] * a["w"], a["D"]),
+        angle_bound=_sincos_3d_bound,
+        example=lambda rows, D: {"t": rows, "h": 1, "w": 1, "D": _multiple(D, 16)},
+        width_multiple=16,
+        constrain=_constrain_grid("t", "h", "w"),
+    ),
+    CallSpec(
+        "rope_cos_sin",
+        ("n", "head_dim"),
+        ("base", "start", "layout"),
+        shape=_rope_shape,
+        angle_bound=_rope_bound,
+        example=lambda rows, D: {"n": rows, "head_dim": _multiple(D, 2)},
+        has_out=False,
+        outputs=2,
+        width="head_dim",
+        width_multiple=2,
     ),
 )
 SPEC_IDS = [spec.name for spec in SPECS]
@@ -643,13 +1120,13 @@ def _case(kind: str, view: Any, owner: np.ndarray | None) -> OutCase:
 
 def _wrong_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     candidates = [
-        shape[:-1] + (shape[-1] + 1,),
-        shape + (1,),
+        (*shape[:-1], shape[-1] + 1),
+        (*shape, 1),
         shape[1:],
-        (1,) + shape,
+        (1, *shape),
         tuple(reversed(shape)),
         (),
-        (0,) + shape[1:],
+        (0, *shape[1:]),
     ]
     return [s for s in candidates if s != shape]
 
@@ -675,7 +1152,7 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
     if kind == "object_dtype":
         return _case(kind, np.full(shape, 7.0, dtype=object), None)
     if kind == "strided" and shape:
-        view, owner = _owned(shape[:-1] + (2 * shape[-1],), dtype)
+        view, owner = _owned((*shape[:-1], 2 * shape[-1]), dtype)
         return _case(kind, view[..., ::2], owner)
     if kind == "fortran" and shape:
         view, owner = _owned(tuple(reversed(shape)), dtype)
@@ -776,6 +1253,26 @@ def _guess_output(
     return shape, dtype
 
 
+def _avoid_empty_and_huge(c: Chooser, spec: CallSpec, args: dict[str, Any]) -> None:
+    """BUG (every function, an empty output with a huge dimension): the size check
+    counts bytes, 0 for an empty output, and np.empty then fails with NumPy's own
+    ValueError, which names no argument: cpe.positional_encoding([], 2**62) and
+    cpe.rope_cos_sin(0, 2**62) say "array is too big; `arr.size *
+    arr.dtype.itemsize` is larger than the maximum possible size", and
+    cpe.sincos_3d(0, 2**40, 2**40, 16) "Maximum allowed dimension exceeded".
+    Such huge sizes are replaced by valid ones when the output is empty."""
+    try:
+        shape = tuple(spec.shape(spec.oracle_arguments(args)))
+    except Exception:
+        return
+    if 0 not in shape or (max(shape) <= 2**31 and math.prod(n for n in shape if n) <= 2**31):
+        return
+    for name in spec.positional:
+        size = _size(args.get(name))
+        if size is not None and size > 2**31:
+            args[name] = spec.parameter(name).valid(c)
+
+
 def draw_call(
     c: Chooser, spec: CallSpec, mode: str
 ) -> tuple[dict[str, Any], OutCase | None, str | None]:
@@ -787,10 +1284,10 @@ def draw_call(
     """
     hostile_name = None
     if mode == "one_bad":
-        hostile_name = pick(c, spec.parameters + ("out",))
+        hostile_name = pick(c, spec.parameters + (("out",) if spec.has_out else ()))
     args: dict[str, Any] = {}
     for name in spec.parameters:
-        param = PARAMETERS[name]
+        param = spec.parameter(name)
         required = name in spec.positional
         if mode == "arbitrary":
             if required or c.integer(0, 3):
@@ -799,6 +1296,10 @@ def draw_call(
             args[name] = param.hostile(c)
         elif required or c.integer(0, 1):
             args[name] = param.valid(c)
+    spec.constrain(args, mode, hostile_name)
+    _avoid_empty_and_huge(c, spec, args)
+    if not spec.has_out:
+        return args, None, hostile_name
     guess = _guess_output(spec, args)
     shape, dtype = guess or ((2, 4), np.dtype(np.float64))
     if mode == "valid":
@@ -809,7 +1310,7 @@ def draw_call(
         kinds = WRONG_OUT_KINDS
     else:
         kinds = RIGHT_OUT_KINDS + WRONG_OUT_KINDS + (("overlap",) if spec.overlappable else ())
-    kind = pick(c, kinds)
+    kind = pick(c, [k for k in kinds if k not in spec.avoided_out_kinds])
     if kind == "none" or (guess is None and kind not in WRONG_OUT_KINDS):
         out = None  # no right out= exists for an output that cannot be made
     elif kind == "overlap":

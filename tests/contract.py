@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from call_specs import NO_OUT, OUT_WORDS, PARAMETERS, CallSpec, OutCase, output_dtype
+from call_specs import NO_OUT, OUT_WORDS, CallSpec, OutCase, output_dtype
 
 ALLOWED_ERRORS = (TypeError, ValueError, OverflowError, MemoryError)
 
@@ -53,8 +53,8 @@ def blamed_words(spec: CallSpec, blame: str | None) -> tuple[str, ...]:
     if blame == "out":
         return OUT_WORDS
     if blame is not None:
-        return PARAMETERS[blame].words
-    return sum((PARAMETERS[name].words for name in spec.parameters), OUT_WORDS)
+        return spec.parameter(blame).words
+    return sum((spec.parameter(name).words for name in spec.parameters), OUT_WORDS)
 
 
 def check_error(spec: CallSpec, exc: BaseException, blame: str | None) -> None:
@@ -79,26 +79,34 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
     if out is not None:
         assert result is out.value, "a call with out= must return out"
         assert out.guards_intact(), "the call wrote outside its out= array"
-    else:
-        assert type(result) is np.ndarray, type(result)
-    assert result.shape == shape, (result.shape, shape)
-    assert result.dtype == dtype, (result.dtype, dtype)
-    values = np.asarray(result)
-    if values.size == 0:
+    arrays = spec.arrays(result)
+    if out is None:
+        for array in arrays:
+            assert type(array) is np.ndarray, type(array)
+    for array in arrays:
+        assert array.shape == shape, (array.shape, shape)
+        assert array.dtype == dtype, (array.dtype, dtype)
+    if arrays[0].size == 0:
         return
-    as_f64 = values if dtype == np.float64 else spec.call({**args, "dtype": np.float64})
-    if dtype != np.float64:
-        rounded = np.asarray(as_f64).astype(dtype)
-        assert rounded.tobytes() == np.ascontiguousarray(values).tobytes(), (
-            f"{dtype} result is not the float64 result rounded once"
-        )
-    assert np.all(np.isfinite(as_f64)), "non-finite values from finite arguments"
-    expected = spec.expected(oracle_args)
-    finite = np.isfinite(expected)  # the oracle overflows first near the limits
-    error = np.abs(as_f64 - expected)[finite]
-    bound = tolerance(spec, oracle_args)
-    worst = float(error.max()) if error.size else 0.0
-    assert worst <= bound, f"error {worst:.3e} exceeds {bound:.3e} vs cpe._reference"
+    float64 = None
+    for i, (array, expected) in enumerate(zip(arrays, spec.expected(oracle_args), strict=True)):
+        values = np.asarray(array)
+        if dtype == np.float64:
+            as_f64 = values
+        else:
+            if float64 is None:
+                float64 = spec.arrays(spec.call({**args, "dtype": np.float64}))
+            as_f64 = np.asarray(float64[i])
+            rounded = as_f64.astype(dtype)
+            assert rounded.tobytes() == np.ascontiguousarray(values).tobytes(), (
+                f"{dtype} result is not the float64 result rounded once"
+            )
+        assert np.all(np.isfinite(as_f64)), "non-finite values from finite arguments"
+        finite = np.isfinite(expected)  # the oracle overflows first near the limits
+        error = np.abs(as_f64 - expected)[finite]
+        bound = tolerance(spec, oracle_args)
+        worst = float(error.max()) if error.size else 0.0
+        assert worst <= bound, f"error {worst:.3e} exceeds {bound:.3e} vs cpe._reference"
 
 
 def check_call(

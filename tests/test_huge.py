@@ -19,15 +19,24 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from call_specs import SPEC_IDS, SPECS, CallSpec
+from call_specs import NO_OUT, SPEC_IDS, SPECS, CallSpec
 
 DTYPES = [np.float64, np.float32, np.float16]
 ROWS = 3  # positions or table rows: the width D carries the size
+OUT_SPECS = [spec for spec in SPECS if spec.has_out]
 
 
-def _past_py_ssize_t(itemsize: int) -> int:
-    """The smallest D for which ROWS * D * itemsize bytes exceed sys.maxsize."""
-    return (sys.maxsize + 1 + ROWS * itemsize - 1) // (ROWS * itemsize)
+def _past_py_ssize_t(itemsize: int, multiple: int = 1) -> int:
+    """The smallest D (a multiple of ``multiple``) for which ROWS * D * itemsize
+    bytes exceed sys.maxsize."""
+    D = (sys.maxsize + 1 + ROWS * itemsize - 1) // (ROWS * itemsize)
+    return -(-D // multiple) * multiple
+
+
+def _below_py_ssize_t(itemsize: int, multiple: int = 1) -> int:
+    """The largest D (a multiple of ``multiple``) for which the bytes fit."""
+    D = _past_py_ssize_t(itemsize) - 1
+    return D - D % multiple
 
 
 def _call_cheaply(spec: CallSpec, D: int, dtype, out=None):
@@ -36,7 +45,7 @@ def _call_cheaply(spec: CallSpec, D: int, dtype, out=None):
     t0 = time.perf_counter()
     try:
         with pytest.raises((ValueError, MemoryError)) as info:
-            spec.call({**spec.example(ROWS, D), "dtype": dtype}, None if out is None else out)
+            spec.call({**spec.example(ROWS, D), "dtype": dtype}, NO_OUT if out is None else out)
         elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -50,29 +59,35 @@ def _call_cheaply(spec: CallSpec, D: int, dtype, out=None):
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_byte_count_past_py_ssize_t_is_a_value_error(spec, dtype):
     itemsize = np.dtype(dtype).itemsize
-    for D in (_past_py_ssize_t(itemsize), 2**62, sys.maxsize):
+    for D in (_past_py_ssize_t(itemsize, spec.width_multiple), 2**62, sys.maxsize):
         exc = _call_cheaply(spec, D, dtype)
-        assert isinstance(exc, ValueError) and "too large" in str(exc), repr(exc)
+        assert isinstance(exc, ValueError), repr(exc)
+        assert "too large" in str(exc), repr(exc)
     exc = _call_cheaply(spec, sys.maxsize + 1, dtype)
-    assert isinstance(exc, ValueError) and "D is too large" in str(exc), repr(exc)
+    assert isinstance(exc, ValueError), repr(exc)
+    assert f"{spec.width} is too large" in str(exc), repr(exc)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_byte_count_just_below_py_ssize_t_is_a_memory_error(spec, dtype):
     # Representable, so it reaches the allocator, which cannot give 2**63 bytes.
-    exc = _call_cheaply(spec, _past_py_ssize_t(np.dtype(dtype).itemsize) - 1, dtype)
+    exc = _call_cheaply(
+        spec, _below_py_ssize_t(np.dtype(dtype).itemsize, spec.width_multiple), dtype
+    )
     assert isinstance(exc, MemoryError), repr(exc)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+@pytest.mark.parametrize("spec", OUT_SPECS, ids=[spec.name for spec in OUT_SPECS])
 def test_huge_request_leaves_a_callers_out_untouched(spec, dtype):
     out = np.full((ROWS, 4), 7.0, dtype=dtype)
     itemsize = np.dtype(dtype).itemsize
-    for D in (_past_py_ssize_t(itemsize), _past_py_ssize_t(itemsize) - 1, 2**62):
+    multiple = spec.width_multiple
+    for D in (_past_py_ssize_t(itemsize, multiple), _below_py_ssize_t(itemsize, multiple), 2**62):
         exc = _call_cheaply(spec, D, dtype, out=out)
-        assert isinstance(exc, ValueError) and "out must have shape" in str(exc), repr(exc)
+        assert isinstance(exc, ValueError), repr(exc)
+        assert "out must have shape" in str(exc), repr(exc)
         np.testing.assert_array_equal(out, 7.0)
 
 

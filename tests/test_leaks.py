@@ -5,8 +5,8 @@ at all; about half of them raise) is run for a warm-up, then for 100 000 calls
 under each meter: tracemalloc for Python and NumPy allocations, the resident set
 size (/proc/self/statm, Linux only) for everything, the kernels' own malloc
 included. A leak of 16 bytes a call would show 1.6 MB; the bounds (512 KiB, 64 KiB)
-are well below that and well above the noise (0 and ~1 KiB here). Reference counts of the arguments are
-checked apart, exactly.
+are well below that and well above the noise (0 and ~1 KiB here). Reference counts
+of the arguments are checked apart, exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from contract import ALLOWED_ERRORS
 CALLS = 100_000
 RSS_BOUND = 512 << 10  # bytes of growth allowed over CALLS calls
 TRACED_BOUND = 64 << 10
+STATM = Path("/proc/self/statm")
 
 Case = tuple[CallSpec, dict[str, Any], Any]
 
@@ -70,11 +72,10 @@ def test_the_pool_exercises_both_paths():
 
 
 def _resident_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="RSS is read from Linux's /proc")
+@pytest.mark.skipif(not STATM.exists(), reason="RSS is read from Linux's /proc")
 def test_resident_memory_does_not_grow():
     _run(len(POOL) * 20)  # warm-up: caches, free lists, malloc arenas
     gc.collect()

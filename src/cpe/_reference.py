@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from cpe._conventions import CONVENTIONS
+
 
 def frequencies(D: int, base: float = 10000.0) -> npt.NDArray[np.float64]:
     """``w_j = base ** (-2j / D)`` for ``j = 0 ... ceil(D/2) - 1``."""
@@ -17,23 +19,53 @@ def frequencies(D: int, base: float = 10000.0) -> npt.NDArray[np.float64]:
 
 
 def positional_encoding(
-    position: npt.ArrayLike, D: int, *, base: float = 10000.0
+    position: npt.ArrayLike,
+    D: int,
+    *,
+    base: float = 10000.0,
+    layout: str | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: str | None = None,
 ) -> npt.NDArray[np.float64]:
-    """The definition, column by column: sin at ``2j``, cos at ``2j + 1``."""
-    p = np.asarray(position, dtype=np.float64)
-    w = frequencies(D, base)
-    out = np.empty((*p.shape, D), dtype=np.float64)
-    for k in range(D):
-        angle = p * w[k // 2]
-        out[..., k] = np.sin(angle) if k % 2 == 0 else np.cos(angle)
-    return out
+    """The definition: ``encoding`` with the layout and shift of ``convention`` if given.
+
+    Without keywords, column by column: sin at ``2j``, cos at ``2j + 1``.
+    """
+    if convention is not None:
+        preset = CONVENTIONS[convention]
+        layout, freq_shift = preset.layout, preset.freq_shift
+    return encoding(
+        position,
+        D,
+        base=base,
+        layout="interleaved" if layout is None else layout,
+        freq_shift=freq_shift,
+        scale=scale,
+    )
 
 
 def positional_encoding_table(
-    n: int, D: int, *, start: int = 0, base: float = 10000.0
+    n: int,
+    D: int,
+    *,
+    start: int = 0,
+    base: float = 10000.0,
+    layout: str | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: str | None = None,
 ) -> npt.NDArray[np.float64]:
     """Rows for positions ``start ... start + n - 1``."""
-    return positional_encoding(np.arange(start, start + n), D, base=base)
+    return positional_encoding(
+        np.arange(start, start + n),
+        D,
+        base=base,
+        layout=layout,
+        freq_shift=freq_shift,
+        scale=scale,
+        convention=convention,
+    )
 
 
 # ---- the conventions, each transcribed from its original code into NumPy ----
@@ -287,3 +319,91 @@ def gptj_rope(num_pos: int, dim: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
     inv_freq = 1.0 / (10000 ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
     sinusoid_inp = np.arange(num_pos, dtype=np.float64)[:, None] * inv_freq
     return np.repeat(np.cos(sinusoid_inp), 2, axis=1), np.repeat(np.sin(sinusoid_inp), 2, axis=1)
+
+
+# ---- the grid and rotary functions, from the definitions in their docstrings ----
+
+
+def sincos_2d(
+    grid_h: int,
+    grid_w: int,
+    D: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "mae",
+    extra_tokens: int = 0,
+    base_size: float | None = None,
+    interpolation_scale: float = 1.0,
+) -> npt.NDArray[np.float64]:
+    """``extra_tokens`` rows of zeros, then the tokens of the grid, row ``h`` outer.
+
+    Each coordinate ``c`` gives ``[sin(c w) | cos(c w)]`` with ``w_j = base ** (-j / (D/4))``
+    (the paper's frequencies for a width ``D/2``); the layout orders the four blocks.
+    """
+
+    def coordinates(size: int) -> npt.NDArray[np.float64]:
+        c = np.arange(size, dtype=np.float64)
+        if base_size is not None and size:
+            c = c * base_size / size
+        return np.asarray(c / interpolation_scale, dtype=np.float64)
+
+    half, quarter = D // 2, D // 4
+    enc_h = encoding(coordinates(grid_h), half, base=base, layout="sin_cos")
+    enc_w = encoding(coordinates(grid_w), half, base=base, layout="sin_cos")
+    h = np.repeat(enc_h, grid_w, axis=0)  # token (i, j) -> row i of enc_h
+    w = np.tile(enc_w, (grid_h, 1))  # token (i, j) -> row j of enc_w
+    if layout == "mae":
+        blocks = [w, h]
+    elif layout == "timm":
+        blocks = [h[:, :quarter], w[:, :quarter], h[:, quarter:], w[:, quarter:]]
+    else:  # "timm_interleaved"
+        blocks = [h, w]
+    out = np.zeros((extra_tokens + grid_h * grid_w, D))
+    out[extra_tokens:] = np.concatenate(blocks, axis=1)
+    return out
+
+
+def sincos_3d(
+    t: int,
+    h: int,
+    w: int,
+    D: int,
+    *,
+    base: float = 10000.0,
+    temporal_interpolation_scale: float = 1.0,
+    spatial_interpolation_scale: float = 1.0,
+) -> npt.NDArray[np.float64]:
+    """``[time (D/4) | space (3D/4)]``: ``[sin | cos]`` of ``frame / temporal_scale``
+    with ``w_j = base ** (-j / (D/8))``, then ``sincos_2d(h, w, 3D/4)``."""
+    quarter = D // 4
+    frames = np.arange(t, dtype=np.float64) / temporal_interpolation_scale
+    time = encoding(frames, quarter, base=base, layout="sin_cos")
+    space = sincos_2d(h, w, D - quarter, base=base, interpolation_scale=spatial_interpolation_scale)
+    out = np.zeros((t, h * w, D))
+    out[..., :quarter] = time[:, None, :]
+    out[..., quarter:] = space[None, :, :]
+    return out
+
+
+def rope_cos_sin(
+    n: int | npt.ArrayLike,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    start: int = 0,
+    layout: str = "half",
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``cos(p w_j)``, ``sin(p w_j)`` with ``w_j = base ** (-2j / head_dim)``, each
+    frequency twice: ``[w_0 .. w_{d/2-1}, w_0 .. w_{d/2-1}]`` ("half") or
+    ``[w_0, w_0, w_1, w_1, ...]`` ("interleaved"). An integer ``n`` means the
+    positions ``start ... start + n - 1``; anything else is the positions."""
+    if isinstance(n, (int, np.integer)):
+        p = np.arange(start, start + n, dtype=np.float64)
+    else:
+        p = np.asarray(n, dtype=np.float64)
+    angle = p[..., None] * frequencies(head_dim, base)
+    if layout == "half":
+        angle = np.concatenate([angle, angle], axis=-1)
+    else:
+        angle = np.repeat(angle, 2, axis=-1)
+    return np.cos(angle), np.sin(angle)
