@@ -1,7 +1,7 @@
 """The public API of cpe as data, and makers of arbitrary arguments for it.
 
-Every reliability suite (test_properties, test_threads, test_leaks, test_huge,
-test_known_bugs and fuzz/fuzz_cpe.py) builds its calls from the two tables here:
+Every reliability suite (test_properties, test_threads, test_leaks, test_huge
+and fuzz/fuzz_cpe.py) builds its calls from the two tables here:
 
 * ``SPECS``: one ``CallSpec`` per public function;
 * ``PARAMETERS``: one ``Parameter`` per argument name (``out=`` is built apart,
@@ -474,14 +474,12 @@ def valid_rope_n(c: Chooser) -> Any:
 
 
 def hostile_rope_n(c: Chooser) -> Any:
-    # BUG (rope_cos_sin, position errors): anything that is not an integer count is
-    # handed to positional_encoding, whose errors name "position", never "n"
-    # (rope_cos_sin([1, None], 4), rope_cos_sin(np.array([np.nan]), 4),
-    # rope_cos_sin("4", 4), rope_cos_sin(None, 4) ...). Until the message names
-    # n, only counts (good or bad) and valid positions are drawn here.
+    # Anything that is not an integer count is taken for position ids, whose
+    # errors say "n (the positions): ...".
     return one_of(
         c,
         valid_rope_n,
+        lambda c: _not_a_count(hostile_positions(c)),
         lambda c: c.integer(-5, 70),
         lambda c: pick(c, HUGE_COUNTS),
         lambda c: -pick(c, HUGE_COUNTS),
@@ -521,12 +519,7 @@ LAYOUTS_1D = (None, "interleaved", "sin_cos", "cos_sin")
 BAD_LAYOUTS = ("", "INTERLEAVED", "sin-cos", "mae", "half", 0, 1.5, b"sin_cos", object(), True)
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
 ROPE_LAYOUTS = ("half", "interleaved")
-# BUG (sincos_2d, rope_cos_sin, layout=array): `layout not in (...)` compares an
-# array elementwise; with two or more elements it raises NumPy's "The truth value
-# of an array with more than one element is ambiguous", which names no argument:
-# cpe.sincos_2d(2, 2, 8, layout=np.array(["mae", "timm"])). Such arrays are left
-# out of the hostile layouts below; positional_encoding checks isinstance first.
-LIST_LAYOUTS = (["sin_cos"], ("mae",), ["half"])
+LIST_LAYOUTS = (["sin_cos"], ("mae",), ["half"], np.array(["mae", "timm"]), np.array(["half", "x"]))
 
 
 def _valid_choice(options: Sequence[Any]) -> Callable[[Chooser], Any]:
@@ -571,28 +564,21 @@ def valid_freq_shift(c: Chooser) -> Any:
 
 
 def hostile_freq_shift(c: Chooser) -> Any:
-    # BUG (freq_shift near D // 2): with 0 < D // 2 - s < 1 the frequencies
-    # base ** (-j / (D // 2 - s)) leave the double range and the error names base
-    # and D, never freq_shift: cpe.positional_encoding(1, 8, freq_shift=3.99999).
-    # Hostile shifts above 1 are therefore integers (D // 2 - s >= 1 or <= 0).
     return one_of(
         c,
         valid_freq_shift,
         lambda c: pick(c, BAD_REALS),
         lambda c: -abs(c.real()),
         lambda c: pick(c, (int, float, np.float64))(c.integer(2, 80)),
+        lambda c: c.integer(2, 40) - pick(c, (1e-5, 0.5, 0.99999)),  # D // 2 - s just above 0
         lambda c: pick(c, (1e300, 2.0**63, 10**30)),
     )
 
 
 def _not_tiny_or_huge(x: float) -> float:
-    # BUG (scale far from 1): when scale * base ** (-j / den) leaves the double
-    # range, the error blames base and D, never scale:
-    # cpe.positional_encoding(1, 8, scale=5e-324) and
-    # cpe.positional_encoding(1, 8, base=0.1, scale=1e308). Such scales are avoided.
-    if not math.isfinite(x) or x == 0.0 or 1e-280 <= abs(x) <= 1e280:
-        return x
-    return math.copysign(1e-280 if abs(x) < 1.0 else 1e280, x)
+    # Any scale: frequencies that leave the double range are a ValueError naming
+    # base, scale and D (cpe.positional_encoding(1, 8, scale=5e-324)).
+    return x
 
 
 def valid_scale(c: Chooser) -> Any:
@@ -619,14 +605,9 @@ def hostile_convention(c: Chooser) -> Any:
 
 
 def _bounded_positive(x: float) -> float:
-    # BUG (sincos_2d/sincos_3d, extreme coordinate scales): coordinates
-    # i * base_size / n / interpolation_scale that overflow escape NumPy's
-    # "RuntimeWarning: overflow/invalid value encountered in multiply", then fail
-    # on an error naming "position": cpe.sincos_2d(3, 3, 8, base_size=1e300,
-    # interpolation_scale=1e-200), cpe.sincos_3d(3, 3, 3, 16,
-    # temporal_interpolation_scale=1e-308). Positive values stay in [1e-100, 1e100].
-    if math.isfinite(x) and x > 0.0:
-        return min(max(x, 1e-100), 1e100)
+    # Any value: coordinate steps or coordinates beyond the double range are a
+    # ValueError naming the scales (cpe.sincos_2d(3, 3, 8, base_size=1e300,
+    # interpolation_scale=1e-200)).
     return x
 
 
@@ -883,14 +864,14 @@ def _constrain_encoding(args: dict[str, Any], mode: str, hostile: str | None) ->
     ):
         del args["convention"]  # it cannot be combined with layout or freq_shift
     shift = args.get("freq_shift")
-    if isinstance(args.get("convention"), str) and args["convention"] in CONVENTIONS:
-        # BUG (convention with a small D): cpe.positional_encoding(1, 2,
-        # convention="fairseq") says "freq_shift=1.0 needs D // 2 - freq_shift > 0,
-        # got D=2": it names freq_shift, which was not passed, and not convention.
-        # A valid D is raised here even when the convention is the hostile argument.
+    from_convention = isinstance(args.get("convention"), str) and args["convention"] in CONVENTIONS
+    if from_convention:
         shift = CONVENTIONS[args["convention"]].freq_shift
     if hostile in ("D", "freq_shift") or shift is None:
         return
+    if hostile == "convention" and from_convention:
+        return  # too small a D for it: cpe's error names the convention
+
     try:
         needed = 2 * (math.floor(float(shift)) + 1)  # the smallest D with D // 2 > shift
     except (TypeError, ValueError, OverflowError):
@@ -900,20 +881,8 @@ def _constrain_encoding(args: dict[str, Any], mode: str, hostile: str | None) ->
 
 
 def _constrain_grid(*sides: str) -> Callable[[dict[str, Any], str, str | None], None]:
-    def constrain(args: dict[str, Any], mode: str, hostile: str | None) -> None:
-        # BUG (sincos_2d/sincos_3d, an empty grid with a huge side): the axes are
-        # encoded before the empty output is filled, so cpe.sincos_2d(2**54, 0, 8)
-        # raises "start and start + n must be integers of magnitude <= 2**53" (no
-        # grid_h in it), cpe.sincos_2d(2**40, 0, 8) tries to allocate 32 TiB and
-        # cpe.sincos_2d(0, 2**20, 8) computes 2**20 rows for a (0, 8) result. Here
-        # an empty side becomes 1 when another side is larger than 64.
-        sizes = {name: _size(args.get(name)) for name in sides if name in args}
-        if any(size is not None and size > 64 for size in sizes.values()):
-            for name, size in sizes.items():
-                if size == 0:
-                    args[name] = 1
-
-    return constrain
+    # Any sides: an empty grid with a huge side is an empty output, made at once.
+    return _no_constraint
 
 
 def _no_constraint(args: dict[str, Any], mode: str, hostile: str | None) -> None:
@@ -1018,11 +987,6 @@ SPECS: tuple[CallSpec, ...] = (
         angle_bound=_sincos_2d_bound,
         example=lambda rows, D: {"grid_h": rows, "grid_w": 1, "D": _multiple(D, 4)},
         width_multiple=4,
-        # BUG (sincos_2d, out=np.matrix): a matrix passes the out= checks, then
-        # reshaping it fails with a ValueError that does not name out, after part
-        # of it was written: cpe.sincos_2d(2, 1, 4, out=np.full((2, 4), 7.0).view(
-        # np.matrix)) leaves [[0, 1, 7, 7], [0, 1, 7, 7]] in out.
-        avoided_out_kinds=("matrix",),
         constrain=_constrain_grid("grid_h", "grid_w"),
     ),
     CallSpec(
@@ -1253,26 +1217,6 @@ def _guess_output(
     return shape, dtype
 
 
-def _avoid_empty_and_huge(c: Chooser, spec: CallSpec, args: dict[str, Any]) -> None:
-    """BUG (every function, an empty output with a huge dimension): the size check
-    counts bytes, 0 for an empty output, and np.empty then fails with NumPy's own
-    ValueError, which names no argument: cpe.positional_encoding([], 2**62) and
-    cpe.rope_cos_sin(0, 2**62) say "array is too big; `arr.size *
-    arr.dtype.itemsize` is larger than the maximum possible size", and
-    cpe.sincos_3d(0, 2**40, 2**40, 16) "Maximum allowed dimension exceeded".
-    Such huge sizes are replaced by valid ones when the output is empty."""
-    try:
-        shape = tuple(spec.shape(spec.oracle_arguments(args)))
-    except Exception:
-        return
-    if 0 not in shape or (max(shape) <= 2**31 and math.prod(n for n in shape if n) <= 2**31):
-        return
-    for name in spec.positional:
-        size = _size(args.get(name))
-        if size is not None and size > 2**31:
-            args[name] = spec.parameter(name).valid(c)
-
-
 def draw_call(
     c: Chooser, spec: CallSpec, mode: str
 ) -> tuple[dict[str, Any], OutCase | None, str | None]:
@@ -1297,7 +1241,6 @@ def draw_call(
         elif required or c.integer(0, 1):
             args[name] = param.valid(c)
     spec.constrain(args, mode, hostile_name)
-    _avoid_empty_and_huge(c, spec, args)
     if not spec.has_out:
         return args, None, hostile_name
     guess = _guess_output(spec, args)

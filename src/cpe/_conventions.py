@@ -15,6 +15,7 @@ and in both cases the angle is ``scale * p * w_j``. The layout puts
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 LAYOUTS = {"interleaved": 0, "sin_cos": 1, "cos_sin": 2}
@@ -56,6 +57,11 @@ CONVENTIONS = {
 }
 
 
+def is_one_of(value: object, options: Sequence[str]) -> bool:
+    """``value`` is one of the strings ``options`` (arrays and other objects are not)."""
+    return isinstance(value, str) and value in options
+
+
 def resolve(
     D: int, convention: object, layout: object, freq_shift: float | None
 ) -> tuple[int, int, float]:
@@ -84,6 +90,11 @@ def resolve(
     if freq_shift is None:
         return LAYOUTS[layout], (D + 1) // 2, D / 2.0
     half = D // 2
+    if not half - freq_shift > 0 and convention is not None:
+        raise ValueError(
+            f"convention={convention!r} (freq_shift={freq_shift!r}) needs "
+            f"D // 2 - freq_shift > 0, got D={D}"
+        )
     if not half - freq_shift > 0:
         raise ValueError(
             f"freq_shift={freq_shift!r} needs D // 2 - freq_shift > 0, got D={D} "

@@ -161,14 +161,19 @@ cdef object _positions_float64(arr):
         return np.asarray(arr, dtype=np.float64, order="C")
 
 
-cdef object _prepare_out(out, tuple shape, dt):
-    """The array to return: ``out`` after checking it, or a new one."""
+cdef object _prepare_out(out, tuple shape, dt, str sizes):
+    """The array to return: ``out`` after checking it, or a new one.
+
+    ``sizes`` names the arguments that set the shape, for the error messages.
+    """
     if out is None:
+        # NumPy refuses a shape whose non-zero extents multiply past the largest
+        # size even when another extent is 0, as in (0, 2**62): check as it does.
         count = 1
         for extent in shape:
-            count *= extent
+            count *= extent or 1
         if count * dt.itemsize > sys.maxsize:
-            raise ValueError(f"the output of shape {shape} is too large to allocate")
+            raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
         return np.empty(shape, dtype=dt)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
@@ -256,8 +261,10 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         # Monotone in j: the ends are the extremes.
         if not (isfinite(hi[0]) and isfinite(hi[n_freq - 1])
                 and (hi[n_freq - 1] != 0.0 or scale == 0.0)):
-            raise ValueError(f"base={base!r} with D={width} gives frequencies beyond the range "
-                             f"of a double (base ** (-j / {den!r}) for j < {n_freq})")
+            raise ValueError(
+                f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
+                f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
+                "range of a double")
     w.flags.writeable = False
     enc.frequencies = w
     enc.w_hi = hi
@@ -438,13 +445,13 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     if type(position) is float or (type(position) is int and abs(position) <= _EXACT_INTEGER_LIMIT):
         # The common scalar case, without a detour through an array.
         p = position
-        result = _prepare_out(out, (width,), dt)
+        result = _prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
         target = _kernel_target(result, dt)
         _fill_positions(target, dt is _FLOAT32, &p, 1, enc)
     else:
         arr = _position_array(position)
-        result = _prepare_out(out, arr.shape + (width,), dt)
+        result = _prepare_out(out, arr.shape + (width,), dt, "position and D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
         pos = _positions_float64(arr)
         if out is not None and np.may_share_memory(pos, out):
@@ -532,7 +539,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)
     cdef double s = _as_real(scale, "scale")
-    result = _prepare_out(out, (rows, width), dt)
+    result = _prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
     target = _kernel_target(result, dt)
     _fill_table(target, dt is _FLOAT32, float(first), rows, enc)
@@ -618,6 +625,7 @@ def _check_dtype(dtype):
     return _as_dtype(dtype)
 
 
-def _check_out(out, shape, dtype):
-    """``out`` checked against ``shape`` and ``dtype``, or a new array."""
-    return _prepare_out(out, tuple(shape), dtype)
+def _check_out(out, shape, dtype, sizes):
+    """``out`` checked against ``shape`` and ``dtype``, or a new array; ``sizes``
+    names the arguments that set the shape."""
+    return _prepare_out(out, tuple(shape), dtype, sizes)

@@ -7,11 +7,13 @@ the output. All checks happen before anything is written into ``out``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from cpe._conventions import is_one_of
 from cpe._core import (
     _check_base,
     _check_count,
@@ -32,14 +34,32 @@ def _positive_real(value: Any, name: str) -> float:
     return x
 
 
+def _step(numerator: float, count: int | None, scale: float, names: str) -> float:
+    """The coordinate step ``numerator / count / scale``, or a ValueError naming them."""
+    with np.errstate(all="ignore"):
+        step = float(np.float64(numerator) / (count or 1) / scale)
+    if not (math.isfinite(step) and step > 0):
+        raise ValueError(f"{names} give a coordinate step beyond the range of a double")
+    return step
+
+
 def _axis(
-    size: int, step: float, width: int, base: float, dtype: np.dtype[Any]
+    size: int, step: float, width: int, base: float, dtype: np.dtype[Any], names: str
 ) -> npt.NDArray[np.floating[Any]]:
-    """``[sin | cos]`` encodings (width ``width``) of the coordinates ``i * step``."""
-    if step == 1.0:  # integer coordinates: the table kernel, far fewer libm calls
-        return positional_encoding_table(size, width, base=base, dtype=dtype, layout="sin_cos")
-    coordinates = np.arange(size, dtype=np.float64) * step
-    return positional_encoding(coordinates, width, base=base, dtype=dtype, layout="sin_cos")
+    """``[sin | cos]`` encodings (width ``width``) of the coordinates ``i * step``.
+
+    ``names`` are the arguments that set the coordinates, for the error messages.
+    """
+    try:
+        if step == 1.0:  # integer coordinates: the table kernel, far fewer libm calls
+            return positional_encoding_table(size, width, base=base, dtype=dtype, layout="sin_cos")
+        with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
+            coordinates = np.arange(size, dtype=np.float64) * step
+        return positional_encoding(coordinates, width, base=base, dtype=dtype, layout="sin_cos")
+    except ValueError as exc:
+        if str(exc).startswith(("position", "start")):  # the coordinates are ours to name
+            raise ValueError(f"{names}: the grid coordinates are out of range ({exc})") from None
+        raise
 
 
 def _axes(
@@ -49,12 +69,16 @@ def _axes(
     width: int,
     base: float,
     dtype: np.dtype[Any],
+    names: str,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The encodings of both axes; computed once when the axes share their coordinates."""
     if steps[0] == steps[1]:
-        both = _axis(max(rows, columns), steps[0], width, base, dtype)
+        both = _axis(max(rows, columns), steps[0], width, base, dtype, names)
         return both[:rows], both[:columns]
-    return _axis(rows, steps[0], width, base, dtype), _axis(columns, steps[1], width, base, dtype)
+    return (
+        _axis(rows, steps[0], width, base, dtype, names),
+        _axis(columns, steps[1], width, base, dtype, names),
+    )
 
 
 def sincos_2d(
@@ -127,7 +151,7 @@ def sincos_2d(
     if width % 4:
         raise ValueError(f"D must be a multiple of 4 for a 2-D encoding, got {width}")
     extra = _check_count(extra_tokens, "extra_tokens", 0)
-    if layout not in GRID_LAYOUTS:
+    if not is_one_of(layout, GRID_LAYOUTS):
         raise ValueError(
             f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}"
         )
@@ -135,15 +159,26 @@ def sincos_2d(
     scale = _positive_real(interpolation_scale, "interpolation_scale")
     size = None if base_size is None else _positive_real(base_size, "base_size")
     dt = _check_dtype(dtype)
-    result = _check_out(out, (extra + rows * columns, width), dt)
+    result = _check_out(
+        out, (extra + rows * columns, width), dt, "grid_h, grid_w, extra_tokens and D"
+    )
 
-    step_h = (1.0 if size is None or not rows else size / rows) / scale
-    step_w = (1.0 if size is None or not columns else size / columns) / scale
+    names = "base_size and interpolation_scale"
+    step_h = _step(1.0 if size is None else size, None if size is None else rows, scale, names)
+    step_w = _step(1.0 if size is None else size, None if size is None else columns, scale, names)
+    # Written through an ndarray view: out= may be a subclass (np.matrix) whose
+    # reshape would not give three dimensions.
+    view = np.asarray(result)
+    if not rows or not columns:  # no grid tokens: no axis to encode, however long
+        view[:extra] = 0
+        return result
     half, quarter = width // 2, width // 4
-    enc_h, enc_w = _axes(rows, columns, (step_h, step_w), half, b, dt)
+    enc_h, enc_w = _axes(
+        rows, columns, (step_h, step_w), half, b, dt, f"grid_h, grid_w and {names}"
+    )
     enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
-    result[:extra] = 0
-    grid = result[extra:].reshape(rows, columns, width)
+    view[:extra] = 0
+    grid = view[extra:].reshape(rows, columns, width)
     if layout == "mae":
         grid[..., :half] = enc_w
         grid[..., half:] = enc_h
@@ -219,12 +254,19 @@ def sincos_3d(
     time_scale = _positive_real(temporal_interpolation_scale, "temporal_interpolation_scale")
     space_scale = _positive_real(spatial_interpolation_scale, "spatial_interpolation_scale")
     dt = _check_dtype(dtype)
-    result = _check_out(out, (frames, rows * columns, width), dt)
+    result = _check_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
 
+    time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
+    _step(1.0, None, space_scale, "spatial_interpolation_scale")
+    if not (frames and rows and columns):  # nothing to encode, however long an axis
+        return result
+    view = np.asarray(result)  # see sincos_2d
     time_width = width // 4
-    result[..., :time_width] = _axis(frames, 1.0 / time_scale, time_width, b, dt)[:, None, :]
+    view[..., :time_width] = _axis(
+        frames, time_step, time_width, b, dt, "t and temporal_interpolation_scale"
+    )[:, None, :]
     space = sincos_2d(
         rows, columns, width - time_width, base=b, interpolation_scale=space_scale, dtype=dt
     )
-    result[..., time_width:] = space[None, :, :]
+    view[..., time_width:] = space[None, :, :]
     return result

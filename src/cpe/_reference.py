@@ -347,6 +347,8 @@ def sincos_2d(
             c = c * base_size / size
         return np.asarray(c / interpolation_scale, dtype=np.float64)
 
+    if grid_h * grid_w == 0:  # no grid tokens: only the extra rows
+        return np.zeros((extra_tokens, D))
     half, quarter = D // 2, D // 4
     enc_h = encoding(coordinates(grid_h), half, base=base, layout="sin_cos")
     enc_w = encoding(coordinates(grid_w), half, base=base, layout="sin_cos")
@@ -375,6 +377,8 @@ def sincos_3d(
 ) -> npt.NDArray[np.float64]:
     """``[time (D/4) | space (3D/4)]``: ``[sin | cos]`` of ``frame / temporal_scale``
     with ``w_j = base ** (-j / (D/8))``, then ``sincos_2d(h, w, 3D/4)``."""
+    if t * h * w == 0:
+        return np.zeros((t, h * w, D))
     quarter = D // 4
     frames = np.arange(t, dtype=np.float64) / temporal_interpolation_scale
     time = encoding(frames, quarter, base=base, layout="sin_cos")

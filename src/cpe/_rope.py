@@ -8,6 +8,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import numpy.typing as npt
 
+from cpe._conventions import is_one_of
 from cpe._core import _check_count, _check_dtype, positional_encoding, positional_encoding_table
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -72,7 +73,7 @@ def rope_cos_sin(
     width = _check_count(head_dim, "head_dim", 2)
     if width % 2:
         raise ValueError(f"head_dim must be even, got {width}")
-    if layout not in ROPE_LAYOUTS:
+    if not is_one_of(layout, ROPE_LAYOUTS):
         raise ValueError(
             f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
         )
