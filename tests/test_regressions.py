@@ -93,3 +93,89 @@ def test_positions_are_not_scanned_or_copied_before_the_output_is_checked():
     # Too large to make at all: rejected at once, without scanning 2**62 positions.
     with pytest.raises(ValueError, match="too large"):
         cpe.positional_encoding(np.broadcast_to(np.int8(0), (2**31, 2**31)), 4)
+
+
+# ---- found by the property tests once they covered the whole API ----
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: cpe.sincos_2d(2, 2, 8, layout=np.array(["mae", "timm"])),
+        lambda: cpe.rope_cos_sin(2, 4, layout=np.array(["half", "x"])),
+    ],
+)
+def test_a_layout_array_is_rejected_by_name(call):
+    with pytest.raises(ValueError, match="layout must be one of"):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"freq_shift": 3.99999}, "freq_shift"),
+        ({"scale": 5e-324}, "scale"),
+        ({"base": 0.1, "scale": 1e308}, "scale"),
+    ],
+)
+def test_frequencies_out_of_range_name_what_set_them(kwargs, names):
+    with pytest.raises(ValueError, match=names):
+        cpe.positional_encoding(1, 8, **kwargs)
+
+
+def test_a_convention_too_wide_for_D_is_named():
+    with pytest.raises(ValueError, match="convention='fairseq'"):
+        cpe.positional_encoding(1, 2, convention="fairseq")
+
+
+@pytest.mark.parametrize(
+    ("call", "names"),
+    [
+        (
+            lambda: cpe.sincos_2d(3, 3, 8, base_size=1e300, interpolation_scale=1e-200),
+            "base_size and interpolation_scale",
+        ),
+        (
+            lambda: cpe.sincos_3d(3, 3, 3, 16, temporal_interpolation_scale=1e-308),
+            "temporal_interpolation_scale",
+        ),
+    ],
+)
+def test_grid_coordinates_out_of_range_name_the_scales_without_warning(call, names):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=names):
+            call()
+
+
+def test_an_empty_grid_does_not_encode_its_other_side():
+    assert cpe.sincos_2d(2**54, 0, 8).shape == (0, 8)
+    assert cpe.sincos_2d(0, 2**40, 8, extra_tokens=2).tolist() == [[0.0] * 8] * 2
+    assert cpe.sincos_3d(0, 2**20, 2**20, 16).shape == (0, 2**40, 16)
+
+
+@pytest.mark.parametrize(
+    ("call", "names"),
+    [
+        (lambda: cpe.positional_encoding([], 2**62), "position and D"),
+        (lambda: cpe.rope_cos_sin(0, 2**62), "n and D"),
+        (lambda: cpe.sincos_3d(0, 2**40, 2**40, 16), "t, h, w and D"),
+    ],
+)
+def test_an_empty_output_with_a_huge_extent_is_refused_by_name(call, names):
+    with pytest.raises(ValueError, match=names):
+        call()
+
+
+def test_sincos_2d_fills_a_matrix_out():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        out = np.full((2, 4), 7.0).view(np.matrix)
+    assert cpe.sincos_2d(2, 1, 4, out=out) is out
+    np.testing.assert_array_equal(np.asarray(out), cpe.sincos_2d(2, 1, 4))
+
+
+@pytest.mark.parametrize("n", ["4", None, [1, None], np.array([np.nan])])
+def test_rope_position_id_errors_name_n(n):
+    with pytest.raises((TypeError, ValueError), match=r"^n \(the positions\)"):
+        cpe.rope_cos_sin(n, 4)
