@@ -14,6 +14,7 @@ set -euo pipefail
 root=$(pwd)
 work="${CPE_CI_WORK:?CPE_CI_WORK is set by .ci/run}/valgrind"
 # shellcheck source=.ci/lib/common.sh
+# shellcheck source=.ci/lib/common.sh disable=SC1091
 . "$root/.ci/lib/common.sh"
 
 missing=()
