@@ -6,10 +6,10 @@ the accuracy:
 * the frequencies ``w_j`` are double-doubles (about 106 bits), so the angle
   ``p * w_j`` is formed exactly as ``th + tl`` with ``fma``, and
   ``sin(th + tl) = sin(th) + tl * cos(th)`` to within rounding;
-* a table of consecutive positions uses the angle-addition identity: row
-  ``q * R + r`` is the complex product of ``(sin, cos)(r w)`` and
-  ``(sin, cos)((start + q R) w)``, both computed as above, so only
-  ``R + n / R`` rows call libm and every value stays within a few ulp.
+* tables and arrays of integer positions use the angle-addition identity: a
+  position's row is the complex product of a few "digit" rows
+  ``(sin, cos)(d R**k w)``, each computed as above, so only a handful of rows
+  call libm and every value stays within a few ulp (see "digit tables" below).
 """
 from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, ceil, cbrt, isfinite
 from libc.stdlib cimport malloc, free, getenv
