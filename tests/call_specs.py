@@ -461,7 +461,11 @@ def hostile_dtype(c: Chooser) -> Any:
 
 def _not_a_count(position: Any) -> Any:
     """rope_cos_sin reads an integer scalar as a row count: make scalars floats."""
-    if np.ndim(position) == 0 and not isinstance(position, (bool, np.bool_)):
+    try:
+        scalar = np.ndim(position) == 0
+    except ValueError:  # a ragged sequence: not a scalar, and not a count
+        return position
+    if scalar and not isinstance(position, (bool, np.bool_)):
         try:
             return float(operator.index(position))
         except TypeError:

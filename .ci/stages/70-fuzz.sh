@@ -12,7 +12,8 @@ mkdir -p "$work/corpus"
 python -m pip install -q atheris
 python -c 'import atheris, cpe, hypothesis, pytest'  # harness needs: atheris, cpe, the [test] extra
 
-python fuzz/fuzz_cpe.py "$work/corpus" \
+# A fixed seed makes the gate reproducible (CPE_FUZZ_SEED=0 explores afresh).
+python fuzz/fuzz_cpe.py "$work/corpus" -seed="${CPE_FUZZ_SEED:-1}" \
     -max_total_time="${CPE_FUZZ_SECONDS:-60}" -timeout=30 -rss_limit_mb=3072 \
     -artifact_prefix="$work/" -print_final_stats=1 >"$work/fuzz.log" 2>&1 || {
     status=$?
