@@ -75,7 +75,12 @@ def test_byte_count_just_below_py_ssize_t_is_a_memory_error(spec, dtype):
     exc = _call_cheaply(
         spec, _below_py_ssize_t(np.dtype(dtype).itemsize, spec.width_multiple), dtype
     )
-    assert isinstance(exc, MemoryError), repr(exc)
+    if np.dtype(dtype) == np.float16:
+        # float16 is computed in a float64 buffer four times larger: refused at once.
+        assert isinstance(exc, ValueError), repr(exc)
+        assert "too large" in str(exc), repr(exc)
+    else:
+        assert isinstance(exc, MemoryError), repr(exc)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

@@ -166,13 +166,15 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
 
     ``sizes`` names the arguments that set the shape, for the error messages.
     """
+    # NumPy refuses a shape whose non-zero extents multiply past the largest size
+    # even when another extent is 0, as in (0, 2**62): check as it does, for the
+    # output and for the float64 buffer a float16 output is computed in.
+    count = 1
+    for extent in shape:
+        count *= extent or 1
+    too_large = count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
     if out is None:
-        # NumPy refuses a shape whose non-zero extents multiply past the largest
-        # size even when another extent is 0, as in (0, 2**62): check as it does.
-        count = 1
-        for extent in shape:
-            count *= extent or 1
-        if count * dt.itemsize > sys.maxsize:
+        if too_large:
             raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
         return np.empty(shape, dtype=dt)
     if not isinstance(out, np.ndarray):
@@ -186,6 +188,8 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
         raise ValueError("out must be C-contiguous and aligned")
     if not flags.writeable:
         raise ValueError("out must be writeable")
+    if too_large:  # out= exists, but its float64 working buffer cannot
+        raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
     return out
 
 
