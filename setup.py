@@ -25,6 +25,8 @@ DIRECTIVES = {
 # Never -ffast-math/-Ofast (they change the host's floating-point state) nor
 # -march=native (wheels run on any CPU). Contraction into FMA is off so that
 # every platform rounds the same way; the kernels call fma() where they need it.
+# (cpe_rows.h compiles one function for AVX2 + FMA with a target attribute and
+# picks it at run time: wheels still run on any x86-64.)
 FLAGS = {
     "msvc": ["/O2", "/fp:precise"],
     "unix": ["-O3", "-ffp-contract=off"],
@@ -40,7 +42,13 @@ class BuildExt(build_ext):
 
 
 extensions = [
-    Extension("cpe.kernels", ["src/cpe/kernels.pyx"]),
+    # cpe_rows.h: the vectorized sine/cosine row loop (C, header only).
+    Extension(
+        "cpe.kernels",
+        ["src/cpe/kernels.pyx"],
+        include_dirs=["src/cpe"],
+        depends=["src/cpe/cpe_rows.h"],
+    ),
     Extension("cpe._core", ["src/cpe/_core.pyx"]),
 ]
 

@@ -205,3 +205,27 @@ def test_first_and_cached_table_paths(dtype, report_error):
         for i in sorted({0, n - 1, *rng.integers(0, n, 25).tolist()}):
             worst = max(error(table[i, k], start + i, D, k, base) for k in sample_columns(rng, D))
             report_error(f"{np.dtype(dtype).name} table, {name}", worst, bound)
+
+
+def near_quarter_turns(rng: np.random.Generator) -> list[float]:
+    """Positions within a few ulp of k*pi/2, where the argument reduction of the
+    row loop (cpe_rows.h) must keep every bit, on both sides of its 1.6e6 limit."""
+    quarter = mpmath.pi / 2
+    ks = [1, 2, 3, 4, 5, 7, 1000, 65535, 2**19, 2**20 - 1, 2**20, 2**20 + 1, 1_300_000]
+    ks += rng.integers(1, 2**21, 20).tolist()
+    positions = []
+    for k in ks:
+        p = float(k * quarter)
+        positions += [p, float(np.nextafter(p, 0.0)), float(np.nextafter(p, np.inf)), -p]
+    return positions
+
+
+@pytest.mark.parametrize("D", [2, 8, 64])
+def test_float64_near_multiples_of_half_pi(D, report_error):
+    # w_0 = 1, so column 0 and 1 see the angle p itself; other columns see p w_j.
+    rng = np.random.default_rng(77 + D)
+    positions = near_quarter_turns(rng)
+    rows = cpe.positional_encoding(np.array(positions), D)
+    for p, row in zip(positions, rows, strict=True):
+        worst = max(error(row[k], p, D, k) for k in range(min(D, 8)))
+        report_error("float64, p near k*pi/2 (argument reduction)", worst, F64_BOUND)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import cpe
+import cpe.kernels
 from exact import error
 
 BIG_REQUESTS = {
@@ -29,6 +30,7 @@ SCRIPT = """
 import hashlib, sys
 import numpy as np
 import cpe
+import cpe.kernels
 for expression in sys.argv[1:]:
     array = eval(expression)
     print(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest())
@@ -85,3 +87,47 @@ def test_big_outputs_meet_the_bounds(name, report_error):
                 error(array[i, k], int(positions[i]), D, k, base),
                 bound,
             )
+
+
+# Requests whose rows come from the sine/cosine row loop of cpe_rows.h (which has
+# an AVX2 + FMA copy on x86-64 and a portable one), including angles beyond its
+# reduction limit, tiny and zero angles, and frequency sets made for the occasion.
+ROW_LOOP_REQUESTS = {
+    "single integer": "cpe.positional_encoding(123457, 4096)",
+    "single real": "cpe.positional_encoding(-9876.54321, 1023)",
+    "beyond the reduction limit": "cpe.positional_encoding(3.5e6, 512)",
+    "huge and tiny angles": "cpe.positional_encoding([2.0**52, 1e-300, 0.0, -7e9], 64, base=1e-9)",
+    "few table rows": "cpe.positional_encoding_table(7, 300, start=-500)",
+    "table": "cpe.positional_encoding_table(5000, 512, start=10**6)",
+    "float32 ids": "cpe.positional_encoding(np.arange(0, 10**6, 997), 130, dtype=np.float32)",
+    "odd conventions": (
+        "cpe.positional_encoding([1.5, 2.5e5], 77, base=3.0, convention='fairseq', scale=-2.5)"
+    ),
+}
+
+
+def row_loop_digests(env: dict[str, str]) -> list[str]:
+    script = SCRIPT + "print(cpe.kernels._row_loop())\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script, *ROW_LOOP_REQUESTS.values()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    return result.stdout.split()
+
+
+def test_simd_and_portable_row_loops_give_the_same_bits():
+    default_env = {k: v for k, v in os.environ.items() if k != "CPE_DISABLE_SIMD"}
+    *simd, simd_loop = row_loop_digests(default_env)
+    *portable, portable_loop = row_loop_digests({**default_env, "CPE_DISABLE_SIMD": "1"})
+    assert portable_loop == "portable"
+    assert simd_loop == cpe.kernels._row_loop()
+    assert simd == portable
+    here = [
+        hashlib.sha256(np.ascontiguousarray(eval(e, {"cpe": cpe, "np": np})).tobytes()).hexdigest()
+        for e in ROW_LOOP_REQUESTS.values()
+    ]
+    assert here == simd

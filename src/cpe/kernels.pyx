@@ -67,6 +67,23 @@ cdef extern from *:
                                 Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_fence() noexcept nogil
 
+cdef extern from "cpe_rows.h":
+    int cpe_rows_avx2
+    void cpe_rows_init(int allow_simd) noexcept nogil
+    int cpe_fast_element(double p, double w) noexcept nogil
+    int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n) noexcept nogil
+
+# The AVX2 + FMA copy of the row loop is used when the CPU has them, unless
+# CPE_DISABLE_SIMD=1 is set (the portable copy gives the same bits).
+cpe_rows_init(getenv("CPE_DISABLE_SIMD") == NULL)
+
+
+def _row_loop():
+    """Which copy of the sine/cosine row loop this process uses: "avx2" or "portable"."""
+    return "avx2" if cpe_rows_avx2 else "portable"
+
+
 # Outputs of at least this many bytes bypass the caches (they would not stay
 # there anyway). CPE_DISABLE_STREAM=1 in the environment turns this off.
 cdef Py_ssize_t STREAM_BYTES = 16 * 1024 * 1024
@@ -234,9 +251,12 @@ cdef inline void _sincos(double p, double w_hi, double w_lo,
 
 cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
                              const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    # The vectorized loop of cpe_rows.h; libm only for angles beyond its range.
     cdef Py_ssize_t j
-    for j in range(n_freq):
-        _sincos(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
+    if cpe_sincos_row_fast(pair_row, p, w_hi, w_lo, n_freq):
+        for j in range(n_freq):
+            if not cpe_fast_element(p, w_hi[j]):
+                _sincos(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
 
 
 cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,

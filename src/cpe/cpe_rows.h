@@ -1,0 +1,169 @@
+/* Rows of sines and cosines of double-double angles, without libm.
+ *
+ * cpe_sincos_row(row, p, w_hi, w_lo, n) writes sin(p w_j) to row[j] and
+ * cos(p w_j) to row[n + j], for w_j = w_hi[j] + w_lo[j]. glibc's sincos costs
+ * ~19 ns a pair and does not vectorize; this loop does, and keeps the accuracy:
+ *
+ *   - the angle p w_j is formed exactly as th + tl (an exact product: fma or
+ *     Dekker's splitting, which give the same bits);
+ *   - th is reduced by k pi/2 with pi/2 in three pieces (Cody and Waite): the
+ *     first two products are exact for |k| < 2**20, and the remainder is kept
+ *     as a double-double (x, y);
+ *   - sin and cos of x + y are fdlibm's kernels (__kernel_sin/__kernel_cos,
+ *     FreeBSD msun), error below one ulp.
+ *
+ * Angles outside [2**-900, CPE_REDUCE_LIMIT] (and positions or frequencies
+ * beyond 2**900, where the splitting would overflow) are recomputed by the
+ * caller's scalar fallback, so every element gets an accurate value whatever
+ * the inputs.
+ *
+ * Two copies of the loop are compiled: a portable one, and on x86-64 with GCC
+ * or Clang one for AVX2 + FMA chosen at run time (cpe_rows_init). Both do the
+ * same operations in the same order and neither contracts a*b+c (the build
+ * passes -ffp-contract=off), so they give identical bits; a test checks it.
+ */
+#ifndef CPE_ROWS_H
+#define CPE_ROWS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <Python.h>
+
+#if defined(_MSC_VER)
+#define CPE_ALWAYS_INLINE static __forceinline
+#else
+#define CPE_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define CPE_X86_DISPATCH 1
+#else
+#define CPE_X86_DISPATCH 0
+#endif
+
+/* |k| < 2**20 keeps k * pio2_1 and k * pio2_2 exact. */
+#define CPE_REDUCE_LIMIT 1.6e6
+#define CPE_TINY 0x1p-900
+#define CPE_HUGE 0x1p+900
+
+/* Whether the fast loop computes sin/cos(p w) accurately (see above). */
+CPE_ALWAYS_INLINE int cpe_fast_element(double p, double w) {
+    double a = fabs(p * w);
+    return fabs(p) <= CPE_HUGE && fabs(w) <= CPE_HUGE
+           && (a == 0.0 || (a >= CPE_TINY && a <= CPE_REDUCE_LIMIT));
+}
+
+CPE_ALWAYS_INLINE void cpe_split(double a, double *hi, double *lo) {
+    double t = 134217729.0 * a; /* 2**27 + 1 */
+    *hi = t - (t - a);
+    *lo = a - *hi;
+}
+
+CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c) {
+    const double invpio2 = 6.36619772367581382433e-01;
+    const double shifter = 6755399441055744.0; /* 1.5 * 2**52: adding it rounds to an integer */
+    const double pio2_1 = 1.57079632673412561417e+00;  /* first 33 bits of pi/2 */
+    const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
+    const double pio2_2t = 2.02226624879595063154e-21; /* pi/2 - pio2_1 - pio2_2 */
+    const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
+                 S3 = -1.98412698298579493134e-04, S4 = 2.75573137070700676789e-06,
+                 S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;
+    const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03,
+                 C3 = 2.48015872894767294178e-05, C4 = -2.75573143513906633035e-07,
+                 C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
+    double shifted = th * invpio2 + shifter;
+    int64_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    double k = shifted - shifter;
+    double r1 = th - k * pio2_1;   /* exact */
+    double t2 = k * pio2_2;        /* exact */
+    double y0 = r1 - t2;
+    double bb = y0 - r1;
+    double y1 = ((r1 - (y0 - bb)) - (t2 + bb)) + (tl - k * pio2_2t);
+    double x = y0 + y1;
+    double y = y1 - (x - y0);
+    double z = x * x, w = z * z, v = z * x;
+    double rs = S2 + z * (S3 + z * S4) + z * w * (S5 + z * S6);
+    double sn = x - ((z * (0.5 * y - v * rs) - y) - v * S1);
+    double rc = z * (C1 + z * (C2 + z * C3)) + w * w * (C4 + z * (C5 + z * C6));
+    double hz = 0.5 * z;
+    double one_minus = 1.0 - hz;
+    double cs = one_minus + (((1.0 - one_minus) - hz) + (z * rc - x * y));
+    /* quadrant k mod 4 (the low bits of the shifted sum) */
+    int64_t q = bits & 3;
+    double sa = (q & 1) ? cs : sn;
+    double ca = (q & 1) ? sn : cs;
+    *s = (q & 2) ? -sa : sa;
+    *c = ((q + 1) & 2) ? -ca : ca;
+}
+
+CPE_ALWAYS_INLINE void cpe_sincos_row_body(double *row, double p, const double *w_hi,
+                                           const double *w_lo, Py_ssize_t n, const int use_fma) {
+    double p_hi, p_lo;
+    cpe_split(p, &p_hi, &p_lo);
+    double *cosines = row + n;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double w = w_hi[j];
+        double th = p * w;
+        double err;
+        if (use_fma) {
+            err = fma(p, w, -th);
+        } else {
+            double w_h, w_l;
+            cpe_split(w, &w_h, &w_l);
+            err = ((p_hi * w_h - th) + p_hi * w_l + p_lo * w_h) + p_lo * w_l;
+        }
+        cpe_sincos_dd(th, err + p * w_lo[j], &row[j], &cosines[j]);
+    }
+}
+
+static void cpe_sincos_row_portable(double *row, double p, const double *w_hi,
+                                    const double *w_lo, Py_ssize_t n) {
+    cpe_sincos_row_body(row, p, w_hi, w_lo, n, 0);
+}
+
+#if CPE_X86_DISPATCH
+__attribute__((target("avx2,fma"))) static void cpe_sincos_row_avx2(
+        double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
+    cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
+}
+#endif
+
+/* 1 when the AVX2 + FMA copy is in use, 0 for the portable one; set once at import. */
+static int cpe_rows_avx2 = 0;
+
+static void cpe_rows_init(int allow_simd) {
+#if CPE_X86_DISPATCH
+    __builtin_cpu_init();
+    cpe_rows_avx2 = allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    (void)allow_simd;
+    cpe_rows_avx2 = 0;
+#endif
+}
+
+/* The fast loop over the whole row; returns 1 when some elements are outside its
+   range (the caller then recomputes those, see cpe_fast_element), 0 otherwise. */
+static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const double *w_lo,
+                               Py_ssize_t n) {
+    if (!(fabs(p) <= CPE_HUGE)) {
+        return 1;
+    }
+#if CPE_X86_DISPATCH
+    if (cpe_rows_avx2) {
+        cpe_sincos_row_avx2(row, p, w_hi, w_lo, n);
+    } else {
+        cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
+    }
+#else
+    cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
+#endif
+    int outside = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        outside |= !cpe_fast_element(p, w_hi[j]);
+    }
+    return outside;
+}
+
+#endif /* CPE_ROWS_H */
