@@ -17,10 +17,11 @@
  * caller's scalar fallback, so every element gets an accurate value whatever
  * the inputs.
  *
- * Two copies of the loop are compiled: a portable one, and on x86-64 with GCC
- * or Clang one for AVX2 + FMA chosen at run time (cpe_rows_init). Both do the
- * same operations in the same order and neither contracts a*b+c (the build
- * passes -ffp-contract=off), so they give identical bits; a test checks it.
+ * Copies of the loop are compiled: a portable one, and on x86-64 with GCC or
+ * Clang one for AVX2 + FMA and one for AVX-512, chosen at run time
+ * (cpe_rows_init). All do the same operations in the same order and none
+ * contracts a*b+c (the build passes -ffp-contract=off), so they give identical
+ * bits; a test checks it.
  */
 #ifndef CPE_ROWS_H
 #define CPE_ROWS_H
@@ -50,8 +51,9 @@
 /* Whether the fast loop computes sin/cos(p w) accurately (see above). */
 CPE_ALWAYS_INLINE int cpe_fast_element(double p, double w) {
     double a = fabs(p * w);
-    return fabs(p) <= CPE_HUGE && fabs(w) <= CPE_HUGE
-           && (a == 0.0 || (a >= CPE_TINY && a <= CPE_REDUCE_LIMIT));
+    /* & and |, not && and ||: no branches, so that the SIMD loops vectorize */
+    return (fabs(p) <= CPE_HUGE) & (fabs(w) <= CPE_HUGE)
+           & ((p == 0.0) | (w == 0.0) | ((a >= CPE_TINY) & (a <= CPE_REDUCE_LIMIT)));
 }
 
 CPE_ALWAYS_INLINE void cpe_split(double a, double *hi, double *lo) {
@@ -90,19 +92,28 @@ CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c)
     double hz = 0.5 * z;
     double one_minus = 1.0 - hz;
     double cs = one_minus + (((1.0 - one_minus) - hz) + (z * rc - x * y));
-    /* quadrant k mod 4 (the low bits of the shifted sum) */
-    int64_t q = bits & 3;
-    double sa = (q & 1) ? cs : sn;
-    double ca = (q & 1) ? sn : cs;
-    *s = (q & 2) ? -sa : sa;
-    *c = ((q + 1) & 2) ? -ca : ca;
+    /* Quadrant k mod 4 is in the low bits of the shifted sum. Odd k swaps sin
+       and cos; k = 2, 3 negate the sine and k = 1, 2 the cosine. Done on the
+       bits (masks and sign flips) so that plain SSE2 vectorizes it too. */
+    uint64_t q = (uint64_t)bits, sn_bits, cs_bits;
+    memcpy(&sn_bits, &sn, sizeof sn_bits);
+    memcpy(&cs_bits, &cs, sizeof cs_bits);
+    uint64_t swap = (uint64_t)0 - (q & 1);
+    uint64_t s_bits = ((cs_bits & swap) | (sn_bits & ~swap)) ^ ((q & 2) << 62);
+    uint64_t c_bits = ((sn_bits & swap) | (cs_bits & ~swap)) ^ (((q + 1) & 2) << 62);
+    memcpy(s, &s_bits, sizeof s_bits);
+    memcpy(c, &c_bits, sizeof c_bits);
 }
 
-CPE_ALWAYS_INLINE void cpe_sincos_row_body(double *row, double p, const double *w_hi,
-                                           const double *w_lo, Py_ssize_t n, const int use_fma) {
+/* Returns 1 when some element is outside the range of the loop (cpe_fast_element).
+   The SIMD copies check inside the loop; the portable one checks in a second
+   loop, which keeps the first vectorizable with plain SSE2. */
+CPE_ALWAYS_INLINE int cpe_sincos_row_body(double *row, double p, const double *w_hi,
+                                          const double *w_lo, Py_ssize_t n, const int use_fma) {
     double p_hi, p_lo;
     cpe_split(p, &p_hi, &p_lo);
     double *cosines = row + n;
+    int outside = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         double w = w_hi[j];
         double th = p * w;
@@ -115,31 +126,59 @@ CPE_ALWAYS_INLINE void cpe_sincos_row_body(double *row, double p, const double *
             err = ((p_hi * w_h - th) + p_hi * w_l + p_lo * w_h) + p_lo * w_l;
         }
         cpe_sincos_dd(th, err + p * w_lo[j], &row[j], &cosines[j]);
+        if (use_fma) {
+            outside |= !cpe_fast_element(p, w);
+        }
     }
+    if (!use_fma) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            outside |= !cpe_fast_element(p, w_hi[j]);
+        }
+    }
+    return outside;
 }
 
-static void cpe_sincos_row_portable(double *row, double p, const double *w_hi,
-                                    const double *w_lo, Py_ssize_t n) {
-    cpe_sincos_row_body(row, p, w_hi, w_lo, n, 0);
+static int cpe_sincos_row_portable(double *row, double p, const double *w_hi,
+                                   const double *w_lo, Py_ssize_t n) {
+    return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 0);
 }
 
 #if CPE_X86_DISPATCH
-__attribute__((target("avx2,fma"))) static void cpe_sincos_row_avx2(
+__attribute__((target("avx2,fma"))) static int cpe_sincos_row_avx2(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
-    cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
+    return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
+}
+#if defined(__clang__)
+#define CPE_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
+#else
+#define CPE_AVX512_TARGET \
+    __attribute__((target("avx512f,avx512dq,avx512vl,fma,prefer-vector-width=512")))
+#endif
+CPE_AVX512_TARGET static int cpe_sincos_row_avx512(
+        double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
+    return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
 }
 #endif
 
-/* 1 when the AVX2 + FMA copy is in use, 0 for the portable one; set once at import. */
-static int cpe_rows_avx2 = 0;
+/* Which copy of the loop runs: 0 portable, 1 AVX2 + FMA, 2 AVX-512; set once at import. */
+static int cpe_rows_level = 0;
 
-static void cpe_rows_init(int allow_simd) {
+/* max_level caps the choice (0: portable only), for tests and CPE_DISABLE_SIMD. */
+static void cpe_rows_init(int max_level) {
 #if CPE_X86_DISPATCH
+    int level = 0;
     __builtin_cpu_init();
-    cpe_rows_avx2 = allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        level = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")
+                && __builtin_cpu_supports("avx512vl")) {
+            level = 2;
+        }
+    }
+    cpe_rows_level = level < max_level ? level : max_level;
 #else
-    (void)allow_simd;
-    cpe_rows_avx2 = 0;
+    (void)max_level;
+    cpe_rows_level = 0;
 #endif
 }
 
@@ -151,19 +190,14 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
         return 1;
     }
 #if CPE_X86_DISPATCH
-    if (cpe_rows_avx2) {
-        cpe_sincos_row_avx2(row, p, w_hi, w_lo, n);
-    } else {
-        cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
+    if (cpe_rows_level == 2) {
+        return cpe_sincos_row_avx512(row, p, w_hi, w_lo, n);
     }
-#else
-    cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
+    if (cpe_rows_level == 1) {
+        return cpe_sincos_row_avx2(row, p, w_hi, w_lo, n);
+    }
 #endif
-    int outside = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        outside |= !cpe_fast_element(p, w_hi[j]);
-    }
-    return outside;
+    return cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
 }
 
 #endif /* CPE_ROWS_H */

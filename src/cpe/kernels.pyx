@@ -68,20 +68,23 @@ cdef extern from *:
     void cpe_stream_fence() noexcept nogil
 
 cdef extern from "cpe_rows.h":
-    int cpe_rows_avx2
-    void cpe_rows_init(int allow_simd) noexcept nogil
+    int cpe_rows_level
+    void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
                             Py_ssize_t n) noexcept nogil
 
-# The AVX2 + FMA copy of the row loop is used when the CPU has them, unless
-# CPE_DISABLE_SIMD=1 is set (the portable copy gives the same bits).
-cpe_rows_init(getenv("CPE_DISABLE_SIMD") == NULL)
+# The row loop uses the widest SIMD copy the CPU runs (they all give the same
+# bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
+# at AVX2.
+cpe_rows_init(0 if getenv("CPE_DISABLE_SIMD") != NULL
+              else 1 if getenv("CPE_DISABLE_AVX512") != NULL else 2)
 
 
 def _row_loop():
-    """Which copy of the sine/cosine row loop this process uses: "avx2" or "portable"."""
-    return "avx2" if cpe_rows_avx2 else "portable"
+    """Which copy of the sine/cosine row loop this process uses:
+    "avx512", "avx2" or "portable"."""
+    return ("portable", "avx2", "avx512")[cpe_rows_level]
 
 
 # Outputs of at least this many bytes bypass the caches (they would not stay
