@@ -6,6 +6,7 @@ wraparound and initialization checks (a debug build for CI).
 
 import os
 
+import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -49,7 +50,13 @@ extensions = [
         include_dirs=["src/cpe"],
         depends=["src/cpe/cpe_rows.h"],
     ),
-    Extension("cpe._core", ["src/cpe/_core.pyx"]),
+    # _core allocates arrays and reads their data through NumPy's C API.
+    Extension(
+        "cpe._core",
+        ["src/cpe/_core.pyx"],
+        include_dirs=[np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
 ]
 
 setup(

@@ -135,3 +135,25 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
         for e in ROW_LOOP_REQUESTS.values()
     ]
     assert here == widest
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("D", [1, 7, 64, 512, 4096])
+def test_single_positions_are_rows_of_large_requests(D, dtype):
+    # A single integer position with |p| < 65536 makes just the digit-level rows
+    # it needs; a request of 64 positions or more makes all of them. Either way
+    # the rows and the products are the same, so the values are the same bits.
+    singles = [0, 1, 15, 16, 255, 4097, 12345, 65535, -1, -16, -12345, -65535]
+    ids = np.array(singles * 6)
+    rows = cpe.positional_encoding(ids, D, dtype=dtype)
+    for p, row in zip(singles, rows, strict=False):
+        np.testing.assert_array_equal(cpe.positional_encoding(p, D, dtype=dtype), row)
+        np.testing.assert_array_equal(cpe.positional_encoding([p, p], D, dtype=dtype)[1], row)
+
+
+def test_negative_integer_positions_mirror_positive_ones_exactly():
+    for D in (5, 64, 1024):
+        for p in (1, 17, 4096, 65535, 65536, 10**6):
+            pos, neg = cpe.positional_encoding(p, D), cpe.positional_encoding(-p, D)
+            np.testing.assert_array_equal(neg[0::2], -pos[0::2])
+            np.testing.assert_array_equal(neg[1::2], pos[1::2])

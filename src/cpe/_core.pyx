@@ -11,8 +11,9 @@ import threading
 
 import numpy as np
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from libc.math cimport isfinite
+cimport numpy as cnp
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.math cimport fabs, isfinite
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -20,8 +21,10 @@ from cpe.kernels cimport (
     CPE_ERR_NOMEM,
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
+    CPE_LAYOUT_SIN_COS,
     CPE_OK,
     digit_levels,
+    fill_positions_f64,
     fill_positions_levels_f32,
     fill_positions_levels_f64,
     fill_table_levels_f32,
@@ -29,8 +32,11 @@ from cpe.kernels cimport (
     frequencies,
 )
 
+cnp.import_array()
+
 # Integers up to 2**53 are exact doubles; positions beyond would be rounded silently.
 _EXACT_INTEGER_LIMIT = 2 ** 53
+cdef long long _EXACT_LIMIT = 1LL << 53
 _FLOAT64 = np.dtype(np.float64)
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT16 = np.dtype(np.float16)
@@ -48,17 +54,20 @@ def _max_ndim():
 
 _MAX_NDIM = _max_ndim()
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
-_CACHE_BUDGET = 2 * 1024 * 1024
+cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 # Digit levels (see kernels.pxd) kept between calls: 4 levels of radix 16 are
 # 64 pair rows (1 KiB per frequency); with them no position in [0, 65536) calls
-# libm, and a table calls it once per 256 rows. Every request of at least
-# _DIGITS_AT_ONCE positions uses them (making them costs 64 libm rows, no more
-# than the request would), and no smaller one does: which path a request takes
-# depends on the request alone, never on what the cache holds, so the same call
-# always gives the same bits.
+# the sine/cosine row loop, and a table calls it once per 256 rows. Requests of
+# at least _DIGITS_AT_ONCE positions make every row (64 row-loop calls, no more
+# than the request would make); smaller requests of integer positions with
+# |p| < 65536 make just the rows of their digits (see _Levels). Which path a
+# request takes depends on the request alone, never on what the cache holds,
+# and a row is the same whoever made it, so the same call always gives the
+# same bits.
 cdef Py_ssize_t _DIGIT_RADIX = 16
 cdef Py_ssize_t _DIGIT_LEVELS = 4
-_DIGIT_BUDGET = 4 * 1024 * 1024
+cdef double _DIGIT_LIMIT = 65536.0  # _DIGIT_RADIX ** _DIGIT_LEVELS
+cdef Py_ssize_t _DIGIT_BUDGET = 4 * 1024 * 1024
 cdef Py_ssize_t _DIGITS_AT_ONCE = 64
 
 
@@ -210,20 +219,16 @@ cdef class _Encoding:
     cdef readonly object key
 
 
-cdef char* _address(array) except NULL:
-    """Data pointer of a non-empty C-contiguous array (kept alive by the caller)."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(array, &view, PyBUF_SIMPLE)
-    cdef char* data = <char*>view.buf
-    PyBuffer_Release(&view)
-    return data
+cdef inline char* _address(cnp.ndarray array) noexcept:
+    """Data pointer of a C-contiguous array (kept alive by the caller)."""
+    return <char*>cnp.PyArray_DATA(array)
 
 
 # ---- encodings, cached: bounded in bytes, safe without the GIL ----
 
 _cache_lock = threading.Lock()
 cdef dict _cache = {}
-_cache_bytes = 0
+cdef Py_ssize_t _cache_bytes = 0
 
 
 cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
@@ -239,10 +244,13 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
     if not needed:
         return None
-    # The paper's encoding is keyed by (width, base, scale) alone.
+    # The paper's encoding is keyed by (width, base, scale) alone, and with the
+    # default base and scale by the width alone (a cheaper lookup).
     paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
              and den == width / 2.0)
-    if paper:
+    if paper and base == 10000.0 and scale == 1.0:
+        key = width
+    elif paper:
         key = (width, base, scale)
     else:
         key = (width, n_freq, layout_code, base, den, scale)
@@ -283,37 +291,140 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     return enc
 
 
-_digit_cache = {}
-_digit_bytes = 0
-
-
-cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
-    """The digit levels for a request of ``rows`` positions, or None when it is too small.
-
-    A (levels, radix, 2 n_freq) array, from the cache or made (and cached) now.
+cdef extern from *:
     """
+    /* Flags published with release/acquire order, so that a thread that sees a
+       level row marked filled also sees its values (free-threaded builds). */
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    static __inline int cpe_flag_get(char *flag) { return _InterlockedOr8(flag, 0); }
+    static __inline void cpe_flag_set(char *flag) { _InterlockedExchange8(flag, 1); }
+    #else
+    static inline int cpe_flag_get(char *flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
+    static inline void cpe_flag_set(char *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELEASE); }
+    #endif
+    """
+    int cpe_flag_get(char* flag) noexcept nogil
+    void cpe_flag_set(char* flag) noexcept nogil
+
+
+cdef class _Levels:
+    """The digit levels of one encoding, made row by row as requests need them.
+
+    ``table`` is the (levels, radix, 2 n_freq) array the kernels read; row
+    ``(k, d)`` holds ``(sin, cos)(d * radix**k * w)`` once ``filled[k * radix + d]``
+    is set. Each row is a fixed function of (k, d, w), whoever makes it and
+    whenever, so results never depend on which rows were made before.
+    """
+    cdef readonly object table
+    cdef double* data
+    cdef char filled[64]   # _DIGIT_LEVELS * _DIGIT_RADIX
+    cdef _Encoding enc
+
+    cdef int fill(self, Py_ssize_t index) except -1:
+        """Make row ``index`` (``k * radix + d``) unless it is there already."""
+        cdef double p
+        cdef Py_ssize_t n_freq = self.enc.n_freq
+        cdef Py_ssize_t k
+        if cpe_flag_get(&self.filled[index]):
+            return 0
+        with _cache_lock:
+            if not cpe_flag_get(&self.filled[index]):
+                p = <double>(index % _DIGIT_RADIX)
+                for k in range(index // _DIGIT_RADIX):
+                    p *= _DIGIT_RADIX
+                # The sin_cos layout of width 2 n_freq is a pair row: the same
+                # values digit_levels makes.
+                _raise_for(fill_positions_f64(self.data + 2 * n_freq * index, &p, 1,
+                                              2 * n_freq, self.enc.w_hi, self.enc.w_lo,
+                                              n_freq, CPE_LAYOUT_SIN_COS))
+                cpe_flag_set(&self.filled[index])
+        return 0
+
+    cdef int fill_all(self) except -1:
+        cdef Py_ssize_t index
+        for index in range(_DIGIT_LEVELS * _DIGIT_RADIX):
+            self.fill(index)
+        return 0
+
+
+cdef dict _digit_cache = {}
+cdef Py_ssize_t _digit_bytes = 0
+
+
+cdef _Levels _levels_of(_Encoding enc):
+    """The (cached) digit levels of ``enc``, or None when they would not fit the cache."""
     global _digit_bytes
     cdef Py_ssize_t row_doubles = 2 * enc.n_freq
     cdef Py_ssize_t nbytes = _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8
+    if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
+        return None
+    cached = _digit_cache.get(enc.key)
+    if cached is not None:
+        return <_Levels>cached
+    cdef _Levels levels = _Levels.__new__(_Levels)
+    levels.enc = enc
+    levels.table = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, row_doubles), dtype=np.float64)
+    levels.data = <double*>_address(levels.table)
+    levels.table.flags.writeable = False
+    with _cache_lock:
+        cached = _digit_cache.get(enc.key)
+        if cached is not None:
+            return <_Levels>cached
+        _digit_cache[enc.key] = levels
+        _digit_bytes += nbytes
+        while _digit_bytes > _DIGIT_BUDGET:
+            _digit_bytes -= (<_Levels>_digit_cache.pop(next(iter(_digit_cache)))).table.nbytes
+    return levels
+
+
+cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
+    """The digit levels for a request of ``rows`` consecutive positions, or None
+    when it is too small: a (levels, radix, 2 n_freq) array with every row made."""
+    cdef double* data
     if rows < _DIGITS_AT_ONCE or enc.n_freq == 0:
         return None
-    tables = _digit_cache.get(enc.key)
-    if tables is not None:
+    cdef _Levels levels = _levels_of(enc)
+    if levels is None:  # too large to keep: made for this request alone
+        tables = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, 2 * enc.n_freq), dtype=np.float64)
+        data = <double*>_address(tables)
+        with nogil:
+            digit_levels(data, _DIGIT_RADIX, _DIGIT_LEVELS, enc.w_hi, enc.w_lo, enc.n_freq)
         return tables
-    tables = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, row_doubles), dtype=np.float64)
-    cdef double* levels = <double*>_address(tables)
-    with nogil:
-        digit_levels(levels, _DIGIT_RADIX, _DIGIT_LEVELS, enc.w_hi, enc.w_lo, enc.n_freq)
-    tables.flags.writeable = False
-    if nbytes > _DIGIT_BUDGET // 2:
-        return tables  # used for this request, too large to keep
-    with _cache_lock:
-        if enc.key not in _digit_cache:
-            _digit_cache[enc.key] = tables
-            _digit_bytes += nbytes
-            while _digit_bytes > _DIGIT_BUDGET:
-                _digit_bytes -= _digit_cache.pop(next(iter(_digit_cache))).nbytes
-    return tables
+    levels.fill_all()
+    return levels.table
+
+
+cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssize_t n):
+    """The digit levels for these positions, or None for the direct path.
+
+    Requests of at least _DIGITS_AT_ONCE positions get every row. Smaller ones
+    whose positions are all integers with |p| < radix**levels get the rows of their
+    digits (a single vector: at most 4 rows, made once per encoding), so the
+    kernel takes the same products as for a large request; any other small
+    request takes the direct path. Which path depends on the request alone.
+    """
+    if n >= _DIGITS_AT_ONCE:
+        return _digits_for(enc, n)
+    cdef Py_ssize_t i, k, d, digit
+    cdef double p
+    for i in range(n):
+        p = positions[i]
+        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
+            return None
+    cdef _Levels levels = _levels_of(enc)
+    if levels is None:
+        return None
+    for i in range(n):
+        d = <Py_ssize_t>fabs(positions[i])
+        if d == 0:
+            levels.fill(0)
+        for k in range(_DIGIT_LEVELS):
+            digit = d % _DIGIT_RADIX
+            d //= _DIGIT_RADIX
+            if digit:
+                levels.fill(k * _DIGIT_RADIX + digit)
+    return levels.table
 
 
 def _cache_snapshot():
@@ -328,7 +439,7 @@ def _cache_snapshot():
             "encodings": list(_cache.values()),
             "encoding_bytes": _cache_bytes,
             "encoding_budget": _CACHE_BUDGET,
-            "levels": dict(_digit_cache),
+            "levels": {key: (<_Levels>value).table for key, value in _digit_cache.items()},
             "level_bytes": _digit_bytes,
             "level_budget": _DIGIT_BUDGET,
             "radix": _DIGIT_RADIX,
@@ -367,7 +478,7 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    tables = _digits_for(enc, n)
+    tables = _digits_for_positions(enc, positions, n)
     cdef const double* levels = NULL
     if tables is not None:
         levels = <const double*>_address(tables)
@@ -438,8 +549,56 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
         It cannot be combined with ``layout`` or ``freq_shift``."""
 
 
+cdef object _NP_FLOAT64_TYPE = np.float64
+cdef object _NP_FLOAT32_TYPE = np.float32
+# Widths up to this take the single-vector shortcut below.
+cdef long long _SHORTCUT_WIDTH = 1 << 24
+
+
+cdef object _single_shortcut(position, D, base, dtype, scale):
+    """``positional_encoding(position, D)`` of an int position, or None.
+
+    The common call (an int position and width, float64 or float32, the
+    paper's layout, no ``out``) without the generic argument handling, which
+    costs more than the kernel for small widths. Anything unusual returns None
+    and goes the general way, which also raises the errors.
+    """
+    cdef int overflow = 0
+    cdef long long p, width
+    cdef double b, s, pd
+    cdef int typenum
+    if dtype is _NP_FLOAT64_TYPE or dtype is _FLOAT64:
+        typenum = cnp.NPY_FLOAT64
+    elif dtype is _NP_FLOAT32_TYPE or dtype is _FLOAT32:
+        typenum = cnp.NPY_FLOAT32
+    else:
+        return None
+    if type(D) is not int or type(base) is not float or type(scale) is not float:
+        return None
+    p = PyLong_AsLongLongAndOverflow(position, &overflow)
+    if overflow or not (-_EXACT_LIMIT <= p <= _EXACT_LIMIT):
+        return None
+    width = PyLong_AsLongLongAndOverflow(D, &overflow)
+    if overflow or not (1 <= width <= _SHORTCUT_WIDTH):
+        return None
+    b, s = base, scale
+    if not (b > 0.0 and isfinite(b) and isfinite(s)):
+        return None
+    cdef _Encoding enc = _encoding(width, b, s, None, None, None, True)
+    cdef cnp.npy_intp shape = width
+    cdef cnp.ndarray result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
+    pd = <double>p
+    _fill_positions(result, typenum == cnp.NPY_FLOAT32, &pd, 1, enc)
+    return result
+
+
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None):
+    if (type(position) is int and out is None and layout is None and freq_shift is None
+            and convention is None):
+        result = _single_shortcut(position, D, base, dtype, scale)
+        if result is not None:
+            return result
     cdef Py_ssize_t width = _as_count(D, "D", 1)
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)

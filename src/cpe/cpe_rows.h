@@ -33,8 +33,10 @@
 
 #if defined(_MSC_VER)
 #define CPE_ALWAYS_INLINE static __forceinline
+#define CPE_RESTRICT __restrict
 #else
 #define CPE_ALWAYS_INLINE static inline __attribute__((always_inline))
+#define CPE_RESTRICT __restrict__
 #endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -144,7 +146,8 @@ static int cpe_sincos_row_portable(double *row, double p, const double *w_hi,
 }
 
 #if CPE_X86_DISPATCH
-__attribute__((target("avx2,fma"))) static int cpe_sincos_row_avx2(
+#define CPE_AVX2_TARGET __attribute__((target("avx2,fma")))
+CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
     return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
 }
@@ -199,5 +202,168 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
 #endif
     return cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
 }
+
+/* ---- angle addition: (sin, cos)(x + y) from the pair rows of x and y ----
+ * Pair rows hold n sines then n cosines. These loops are memory- and
+ * multiply-bound; the SIMD copies run the same operations (no FMA) as the
+ * portable one, so all give the same bits. */
+
+CPE_ALWAYS_INLINE void cpe_product_pairs_impl(double *CPE_RESTRICT out, const double *a,
+                                              const double *b, Py_ssize_t n) {
+    const double *a_c = a + n, *b_c = b + n;
+    double *CPE_RESTRICT out_c = out + n;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        out[j] = b[j] * a_c[j] + b_c[j] * a[j];
+        out_c[j] = b_c[j] * a_c[j] - b[j] * a[j];
+    }
+}
+
+/* sin at row[2j], cos at row[2j + 1] for j < n_pairs, from rows of n_freq pairs. */
+#define CPE_STORE_INTERLEAVED(T)                                                        \
+    CPE_ALWAYS_INLINE void cpe_store_interleaved_##T##_impl(                            \
+            T *CPE_RESTRICT row, const double *a, const double *b, Py_ssize_t n_pairs,  \
+            Py_ssize_t n_freq) {                                                        \
+        const double *a_c = a + n_freq, *b_c = b + n_freq;                              \
+        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
+            row[2 * j] = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                            \
+            row[2 * j + 1] = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                        \
+        }                                                                               \
+    }
+/* sines[j] and cosines[j] for j < n_pairs (the blocked layouts). */
+#define CPE_STORE_BLOCKED(T)                                                            \
+    CPE_ALWAYS_INLINE void cpe_store_blocked_##T##_impl(                                \
+            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *a,            \
+            const double *b, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                   \
+        const double *a_c = a + n_freq, *b_c = b + n_freq;                              \
+        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
+            sines[j] = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                              \
+            cosines[j] = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                            \
+        }                                                                               \
+    }
+CPE_STORE_INTERLEAVED(double)
+CPE_STORE_INTERLEAVED(float)
+CPE_STORE_BLOCKED(double)
+CPE_STORE_BLOCKED(float)
+
+/* One copy per instruction set and a function that calls the one in use. */
+#if CPE_X86_DISPATCH
+#define CPE_MULTIVERSION(name, params, args)                                   \
+    static void name##_portable params { name##_impl args; }                   \
+    CPE_AVX2_TARGET static void name##_avx2 params { name##_impl args; }       \
+    CPE_AVX512_TARGET static void name##_avx512 params { name##_impl args; }   \
+    static void name params {                                                  \
+        if (cpe_rows_level == 2) {                                             \
+            name##_avx512 args;                                                \
+        } else if (cpe_rows_level == 1) {                                      \
+            name##_avx2 args;                                                  \
+        } else {                                                               \
+            name##_portable args;                                              \
+        }                                                                      \
+    }
+#else
+#define CPE_MULTIVERSION(name, params, args) \
+    static void name params { name##_impl args; }
+#endif
+
+CPE_MULTIVERSION(cpe_product_pairs,
+                 (double *out, const double *a, const double *b, Py_ssize_t n),
+                 (out, a, b, n))
+CPE_MULTIVERSION(cpe_store_interleaved_double,
+                 (double *row, const double *a, const double *b, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, a, b, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_store_interleaved_float,
+                 (float *row, const double *a, const double *b, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, a, b, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_store_blocked_double,
+                 (double *sines, double *cosines, const double *a, const double *b,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, a, b, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_store_blocked_float,
+                 (float *sines, float *cosines, const double *a, const double *b,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, a, b, n_pairs, n_freq))
+
+/* ---- chains: the row of x_0 + x_1 + ... from up to four pair rows ----
+ * acc = rows[0], then acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ... with the
+ * operations of cpe_product_pairs(out, a = rows[r], b = acc): the same bits as
+ * that sequence, without writing the partial products to memory. */
+
+CPE_ALWAYS_INLINE void cpe_chain_step(double *s, double *c, const double *a, Py_ssize_t j,
+                                      Py_ssize_t n) {
+    double a_s = a[j], a_c = a[n + j];
+    double next_s = *s * a_c + *c * a_s;
+    double next_c = *c * a_c - *s * a_s;
+    *s = next_s;
+    *c = next_c;
+}
+
+CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const double *r2,
+                                      const double *r3, const int count, Py_ssize_t j,
+                                      Py_ssize_t n, double *s, double *c) {
+    *s = r0[j];
+    *c = r0[n + j];
+    if (count > 1) cpe_chain_step(s, c, r1, j, n);
+    if (count > 2) cpe_chain_step(s, c, r2, j, n);
+    if (count > 3) cpe_chain_step(s, c, r3, j, n);
+}
+
+/* The sine of column j, for the odd columns left over by the loops below. */
+static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j, Py_ssize_t n) {
+    double s = rows[0][j], c = rows[0][n + j];
+    for (int r = 1; r < count; r++) {
+        cpe_chain_step(&s, &c, rows[r], j, n);
+    }
+    return s;
+}
+
+#define CPE_CHAIN_LOOP(count, STORE)                                             \
+    for (Py_ssize_t j = 0; j < n_pairs; j++) {                                  \
+        double s, c;                                                             \
+        cpe_chain_impl(r0, r1, r2, r3, count, j, n_freq, &s, &c);                \
+        STORE;                                                                   \
+    }
+#define CPE_CHAIN_SWITCH(STORE)                                                  \
+    const double *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];     \
+    if (count == 2) {                                                            \
+        CPE_CHAIN_LOOP(2, STORE)                                                 \
+    } else if (count == 3) {                                                     \
+        CPE_CHAIN_LOOP(3, STORE)                                                 \
+    } else {                                                                     \
+        CPE_CHAIN_LOOP(4, STORE)                                                 \
+    }
+
+/* 2 <= count <= 4 rows; rows[count..3] may be anything readable as a pointer. */
+#define CPE_CHAIN_STORES(T)                                                             \
+    CPE_ALWAYS_INLINE void cpe_chain_interleaved_##T##_impl(                            \
+            T *CPE_RESTRICT row, const double *const *rows, int count, Py_ssize_t n_pairs, \
+            Py_ssize_t n_freq) {                                                        \
+        CPE_CHAIN_SWITCH((row[2 * j] = (T)s, row[2 * j + 1] = (T)c))                    \
+    }                                                                                   \
+    CPE_ALWAYS_INLINE void cpe_chain_blocked_##T##_impl(                                \
+            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *const *rows,  \
+            int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                         \
+        CPE_CHAIN_SWITCH((sines[j] = (T)s, cosines[j] = (T)c))                          \
+    }
+CPE_CHAIN_STORES(double)
+CPE_CHAIN_STORES(float)
+
+CPE_MULTIVERSION(cpe_chain_interleaved_double,
+                 (double *row, const double *const *rows, int count, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_interleaved_float,
+                 (float *row, const double *const *rows, int count, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_blocked_double,
+                 (double *sines, double *cosines, const double *const *rows, int count,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_blocked_float,
+                 (float *sines, float *cosines, const double *const *rows, int count,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, rows, count, n_pairs, n_freq))
 
 #endif /* CPE_ROWS_H */

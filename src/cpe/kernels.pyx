@@ -73,6 +73,29 @@ cdef extern from "cpe_rows.h":
     int cpe_fast_element(double p, double w) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
                             Py_ssize_t n) noexcept nogil
+    void cpe_product_pairs(double* out, const double* a, const double* b,
+                           Py_ssize_t n) noexcept nogil
+    void cpe_store_interleaved_double(double* row, const double* a, const double* b,
+                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_store_interleaved_float(float* row, const double* a, const double* b,
+                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_store_blocked_double(double* sines, double* cosines, const double* a,
+                                  const double* b, Py_ssize_t n_pairs,
+                                  Py_ssize_t n_freq) noexcept nogil
+    void cpe_store_blocked_float(float* sines, float* cosines, const double* a,
+                                 const double* b, Py_ssize_t n_pairs,
+                                 Py_ssize_t n_freq) noexcept nogil
+    double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
+                          Py_ssize_t n) noexcept nogil
+    void cpe_chain_interleaved_double(double* row, const double* const* rows, int count,
+                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_interleaved_float(float* row, const double* const* rows, int count,
+                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_blocked_double(double* sines, double* cosines, const double* const* rows,
+                                  int count, Py_ssize_t n_pairs,
+                                  Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_blocked_float(float* sines, float* cosines, const double* const* rows,
+                                 int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -265,20 +288,15 @@ cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
 cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,
                                 Py_ssize_t n_freq) noexcept nogil:
     # (sin, cos)(x + y) from the pair rows of x (a) and y (b).
-    cdef Py_ssize_t j
-    cdef const double* a_c = a + n_freq
-    cdef const double* b_c = b + n_freq
-    cdef double* c = pair_row + n_freq
-    for j in range(n_freq):
-        pair_row[j] = b[j] * a_c[j] + b_c[j] * a[j]
-        c[j] = b_c[j] * a_c[j] - b[j] * a[j]
+    cpe_product_pairs(pair_row, a, b, n_freq)
 
 
 cdef inline void _store_product(floating* row, const double* a, const double* b,
                                 const columns* c, Py_ssize_t width, bint stream) noexcept nogil:
     # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
-    # loops are specialized by layout so that their strides are constants.
-    cdef Py_ssize_t j, first = 0, n_freq = c.n_sin
+    # loops (cpe_rows.h) are specialized by layout so that their strides are
+    # constants.
+    cdef Py_ssize_t j, first, n_freq = c.n_sin
     cdef const double* a_c = a + n_freq
     cdef const double* b_c = b + n_freq
     cdef floating* sines = row + c.sin_at
@@ -289,16 +307,43 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
         else:
             cpe_stream_product_f32(row, a, b, n_freq, c.n_cos)
         first = c.n_cos - c.n_cos % 2
-    if c.sin_step == 2:
         for j in range(first, c.n_cos):
             row[2 * j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
             row[2 * j + 1] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
+    elif c.sin_step == 2:
+        if floating is double:
+            cpe_store_interleaved_double(row, a, b, c.n_cos, n_freq)
+        else:
+            cpe_store_interleaved_float(row, a, b, c.n_cos, n_freq)
     else:
-        for j in range(c.n_cos):
-            sines[j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
-            cosines[j] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
+        if floating is double:
+            cpe_store_blocked_double(sines, cosines, a, b, c.n_cos, n_freq)
+        else:
+            cpe_store_blocked_float(sines, cosines, a, b, c.n_cos, n_freq)
     for j in range(c.n_cos, c.n_sin):
         sines[j * c.sin_step] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
+    for j in range(c.zero_from, width):
+        row[j] = 0
+
+
+cdef inline void _store_chain(floating* row, const double** chain, int count,
+                              const columns* c, Py_ssize_t width) noexcept nogil:
+    # Row of the encoding of the sum of the angles of 2 to 4 pair rows (see
+    # cpe_rows.h): the bits of repeated _product_pairs, then _store_product.
+    cdef Py_ssize_t j, n_freq = c.n_sin
+    cdef floating* sines = row + c.sin_at
+    if c.sin_step == 2:
+        if floating is double:
+            cpe_chain_interleaved_double(row, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_interleaved_float(row, chain, count, c.n_cos, n_freq)
+    else:
+        if floating is double:
+            cpe_chain_blocked_double(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_blocked_float(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+    for j in range(c.n_cos, c.n_sin):
+        sines[j * c.sin_step] = <floating>cpe_chain_sine(chain, count, j, n_freq)
     for j in range(c.zero_from, width):
         row[j] = 0
 
@@ -323,7 +368,7 @@ cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
 # depend on the positions, so a caller may keep them: they are the first two
 # "levels" made by digit_levels (level k, row d: (sin, cos)(d R**k w)). Only the
 # ceil(span / R**2) "high" rows then call libm on every request; and a position
-# 0 <= p < R**n_levels needs no libm call at all: it is the product of one row
+# |p| < R**n_levels needs no libm call at all: it is the product of one row
 # per non-zero digit.
 
 cdef struct digits:
@@ -411,19 +456,32 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
                            Py_ssize_t width, Py_ssize_t n_freq, const columns* c,
                            const double* levels, Py_ssize_t radix,
                            Py_ssize_t n_levels) noexcept nogil:
-    """Positions 0 <= p < radix**n_levels: one product per non-zero digit above the first."""
+    """Integers |p| < radix**n_levels: one product per non-zero digit above the first.
+
+    A negative position is written as its magnitude with the sines negated, so
+    that p and -p give exactly opposite sines and equal cosines.
+    """
     cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef double* buffers = <double*>malloc(sizeof(double) * 2 * row_doubles)
-    if buffers == NULL:
-        return CPE_ERR_NOMEM
+    cdef bint stream = _streaming(n_positions, width, sizeof(floating))
+    # Up to four rows are multiplied in registers (_store_chain); longer chains
+    # and streamed outputs go through two row buffers.
+    cdef double* buffers = NULL
+    if stream or n_levels > 4:
+        buffers = <double*>malloc(sizeof(double) * 2 * row_doubles)
+        if buffers == NULL:
+            return CPE_ERR_NOMEM
     cdef double* spare
     cdef const double* acc
     cdef double* target
+    cdef const double* chain[4]
+    cdef int count
+    cdef Py_ssize_t negated = 0
     cdef Py_ssize_t i, k, d, top, digit
     cdef Py_ssize_t digits[64]
-    cdef bint stream = _streaming(n_positions, width, sizeof(floating))
     for i in range(n_positions):
-        d = <Py_ssize_t>positions[i]
+        d = <Py_ssize_t>fabs(positions[i])
+        if positions[i] < 0:
+            negated += 1
         top = 0
         for k in range(n_levels):
             digits[k] = d % radix
@@ -432,7 +490,22 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
                 top = k
         # Start from the highest non-zero digit, multiply in the others (a zero
         # digit is the identity), and write the last product straight out.
+        count = 1
+        for k in range(top):
+            count += digits[k] != 0
         acc = levels + row_doubles * (top * radix + digits[top])
+        if count == 1:
+            _store_pairs(out + i * width, acc, c, width)
+            continue
+        if count <= 4 and not stream:
+            chain[0] = chain[1] = chain[2] = chain[3] = acc
+            count = 1
+            for k in range(top - 1, -1, -1):
+                if digits[k]:
+                    chain[count] = levels + row_doubles * (k * radix + digits[k])
+                    count += 1
+            _store_chain(out + i * width, chain, count, c, width)
+            continue
         spare = buffers
         for k in range(top - 1, 0, -1):
             digit = digits[k]
@@ -441,7 +514,7 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
                 _product_pairs(target, levels + row_doubles * (k * radix + digit), acc, n_freq)
                 acc = target
                 spare = buffers + row_doubles if target == buffers else buffers
-        if top and digits[0]:
+        if digits[0]:
             _store_product(out + i * width, levels + row_doubles * digits[0], acc, c, width,
                            stream)
         else:
@@ -449,7 +522,22 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     free(buffers)
     if stream:
         cpe_stream_fence()
+    if negated:
+        for i in range(n_positions):
+            if positions[i] < 0:
+                _negate_sines(out + i * width, c)
     return CPE_OK
+
+
+cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef floating* sines = row + c.sin_at
+    if c.sin_step == 2:
+        for j in range(c.n_sin):
+            sines[2 * j] = -sines[2 * j]
+    else:
+        for j in range(c.n_sin):
+            sines[j] = -sines[j]
 
 
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
@@ -485,7 +573,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     cdef double* pairs
     cdef bint stream
     cdef Py_ssize_t span = 0, libm_rows, r
-    if levels != NULL and integral and lowest >= 0 and highest < <double>limit and n_freq:
+    if levels != NULL and integral and -lowest < <double>limit and highest < <double>limit and n_freq:
         return _fill_from_levels(out, positions, n_positions, width, n_freq, &c,
                                  levels, radix, n_levels)
     if integral and highest - lowest < 1099511627776.0:
