@@ -325,13 +325,13 @@ cdef class _Levels:
         """Make row ``index`` (``k * radix + d``) unless it is there already."""
         cdef double p
         cdef Py_ssize_t n_freq = self.enc.n_freq
-        cdef Py_ssize_t k
+        cdef Py_ssize_t _
         if cpe_flag_get(&self.filled[index]):
             return 0
         with _cache_lock:
             if not cpe_flag_get(&self.filled[index]):
                 p = <double>(index % _DIGIT_RADIX)
-                for k in range(index // _DIGIT_RADIX):
+                for _ in range(index // _DIGIT_RADIX):
                     p *= _DIGIT_RADIX
                 # The sin_cos layout of width 2 n_freq is a pair row: the same
                 # values digit_levels makes.

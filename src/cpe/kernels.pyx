@@ -573,7 +573,8 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     cdef double* pairs
     cdef bint stream
     cdef Py_ssize_t span = 0, libm_rows, r
-    if levels != NULL and integral and -lowest < <double>limit and highest < <double>limit and n_freq:
+    if (levels != NULL and integral and -lowest < <double>limit and highest < <double>limit
+            and n_freq):
         return _fill_from_levels(out, positions, n_positions, width, n_freq, &c,
                                  levels, radix, n_levels)
     if integral and highest - lowest < 1099511627776.0:
