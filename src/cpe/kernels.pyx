@@ -140,10 +140,11 @@ cdef inline dd _quick_two_sum(double a, double b) noexcept nogil:
 
 cdef inline dd _two_prod(double a, double b) noexcept nogil:
     # Dekker's exact product: inline arithmetic, where fma() is a library call
-    # on baseline x86-64. Same result; fma() where the splitting would overflow.
+    # on baseline x86-64. Same result while no partial product can overflow or
+    # underflow (factors within 2**+-500); fma() beyond.
     cdef double p = a * b
     cdef double t, a_hi, a_lo, b_hi, b_lo
-    if not (fabs(a) < 6.7e299 and fabs(b) < 6.7e299):
+    if not (3.06e-151 < fabs(a) < 3.27e150 and 3.06e-151 < fabs(b) < 3.27e150):
         return dd(hi=p, lo=fma(a, b, -p))
     t = 134217729.0 * a
     a_hi = t - (t - a)
