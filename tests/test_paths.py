@@ -1,8 +1,9 @@
 """Every fast path gives the bits of the portable path and meets the accuracy bounds.
 
 Outputs of 16 MiB and more are written with streaming (non-temporal) stores on
-x86-64; CPE_DISABLE_STREAM=1 turns them off, so the same request made in a
-subprocess with and without it must give identical bytes.
+x86-64, with the widest SIMD copy the CPU has; CPE_DISABLE_STREAM=1 turns them
+off and CPE_DISABLE_SIMD=1 / CPE_DISABLE_AVX512=1 select narrower copies, so the
+same request made in subprocesses with each must give identical bytes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from exact import error
 
 BIG_REQUESTS = {
     "table f64": "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048)",
+    "table f32, rows not 16-byte aligned": (
+        "cpe.positional_encoding_table(2000, 2102, start=10**6 - 2000, dtype=np.float32)"
+    ),
     "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
     "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
     "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
@@ -37,12 +41,13 @@ for expression in sys.argv[1:]:
 """
 
 
-def digests(disable_stream: bool) -> list[str]:
-    env = (
-        {**os.environ, "CPE_DISABLE_STREAM": "1"}
-        if disable_stream
-        else {k: v for k, v in os.environ.items() if k != "CPE_DISABLE_STREAM"}
-    )
+SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
+
+
+def digests(*switches: str) -> list[str]:
+    """Digests of BIG_REQUESTS made in a subprocess with these switches set."""
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    env.update(dict.fromkeys(switches, "1"))
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, *BIG_REQUESTS.values()],
         capture_output=True,
@@ -55,16 +60,20 @@ def digests(disable_stream: bool) -> list[str]:
 
 
 def test_streaming_and_plain_stores_give_the_same_bits():
-    assert digests(disable_stream=False) == digests(disable_stream=True)
+    # Streamed with the widest SIMD copy, with AVX2, with SSE2; and not streamed.
+    widest = digests()
+    assert digests("CPE_DISABLE_AVX512") == widest
+    assert digests("CPE_DISABLE_SIMD") == widest
+    assert digests("CPE_DISABLE_STREAM") == widest
 
 
 def test_in_process_results_match_the_subprocess():
-    # Guards against the subprocesses both taking a path this process does not.
+    # Guards against the subprocesses all taking a path this process does not.
     here = [
         hashlib.sha256(np.ascontiguousarray(eval(e, {"cpe": cpe, "np": np})).tobytes()).hexdigest()
         for e in BIG_REQUESTS.values()
     ]
-    assert here == digests(disable_stream=False)
+    assert here == digests()
 
 
 @pytest.mark.parametrize("name", list(BIG_REQUESTS))

@@ -366,4 +366,179 @@ CPE_MULTIVERSION(cpe_chain_blocked_float,
                   Py_ssize_t n_pairs, Py_ssize_t n_freq),
                  (sines, cosines, rows, count, n_pairs, n_freq))
 
+/* ---- streaming (non-temporal) stores of interleaved rows ----
+ * Large outputs are written without first reading every cache line, which is
+ * what limits the plain loops. SSE2 is part of every x86-64 CPU; the AVX2 and
+ * AVX-512 copies do four and eight pairs a step. Same operations as
+ * cpe_store_interleaved_*, so the same bits. Pairs before the first aligned
+ * address and after the last full vector are written with plain stores.
+ * The caller ends a run of these with cpe_stream_fence(). */
+#if defined(__SSE2__) || defined(_M_X64)
+#include <immintrin.h>
+#define CPE_HAVE_STREAM 1
+
+#define CPE_PAIR_STORE(T, j)                                              \
+    do {                                                                  \
+        row[2 * (j)] = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                \
+        row[2 * (j) + 1] = (T)(b_c[j] * a_c[j] - b[j] * a[j]);            \
+    } while (0)
+
+static void cpe_stream_f64_sse2(double *row, const double *a, const double *b,
+                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 15); j++) CPE_PAIR_STORE(double, j);
+    for (; j + 2 <= n_pairs; j += 2) {
+        __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
+        __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
+        __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
+        __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
+        _mm_stream_pd(row + 2 * j, _mm_unpacklo_pd(s, c));
+        _mm_stream_pd(row + 2 * j + 2, _mm_unpackhi_pd(s, c));
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
+}
+
+static void cpe_stream_f32_sse2(float *row, const double *a, const double *b,
+                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 15); j++) CPE_PAIR_STORE(float, j);
+    for (; j + 2 <= n_pairs; j += 2) {
+        __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
+        __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
+        __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
+        __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
+        __m128 lo = _mm_cvtpd_ps(_mm_unpacklo_pd(s, c));
+        __m128 hi = _mm_cvtpd_ps(_mm_unpackhi_pd(s, c));
+        _mm_stream_ps(row + 2 * j, _mm_movelh_ps(lo, hi));
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
+}
+
+#if CPE_X86_DISPATCH
+CPE_AVX2_TARGET static void cpe_stream_f64_avx2(double *row, const double *a, const double *b,
+                                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 31); j++) CPE_PAIR_STORE(double, j);
+    for (; j + 4 <= n_pairs; j += 4) {
+        __m256d as = _mm256_loadu_pd(a + j), ac = _mm256_loadu_pd(a_c + j);
+        __m256d bs = _mm256_loadu_pd(b + j), bc = _mm256_loadu_pd(b_c + j);
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(bs, ac), _mm256_mul_pd(bc, as));
+        __m256d c = _mm256_sub_pd(_mm256_mul_pd(bc, ac), _mm256_mul_pd(bs, as));
+        __m256d lo = _mm256_unpacklo_pd(s, c); /* s0 c0 s2 c2 */
+        __m256d hi = _mm256_unpackhi_pd(s, c); /* s1 c1 s3 c3 */
+        _mm256_stream_pd(row + 2 * j, _mm256_permute2f128_pd(lo, hi, 0x20));
+        _mm256_stream_pd(row + 2 * j + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
+}
+
+CPE_AVX2_TARGET static void cpe_stream_f32_avx2(float *row, const double *a, const double *b,
+                                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 31); j++) CPE_PAIR_STORE(float, j);
+    for (; j + 4 <= n_pairs; j += 4) {
+        __m256d as = _mm256_loadu_pd(a + j), ac = _mm256_loadu_pd(a_c + j);
+        __m256d bs = _mm256_loadu_pd(b + j), bc = _mm256_loadu_pd(b_c + j);
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(bs, ac), _mm256_mul_pd(bc, as));
+        __m256d c = _mm256_sub_pd(_mm256_mul_pd(bc, ac), _mm256_mul_pd(bs, as));
+        __m128 s4 = _mm256_cvtpd_ps(s), c4 = _mm256_cvtpd_ps(c);
+        __m128 lo = _mm_unpacklo_ps(s4, c4); /* s0 c0 s1 c1 */
+        __m128 hi = _mm_unpackhi_ps(s4, c4); /* s2 c2 s3 c3 */
+        _mm256_stream_ps(row + 2 * j, _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1));
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
+}
+
+CPE_AVX512_TARGET static void cpe_stream_f64_avx512(double *row, const double *a,
+                                                    const double *b, Py_ssize_t n_freq,
+                                                    Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 63); j++) CPE_PAIR_STORE(double, j);
+    for (; j + 8 <= n_pairs; j += 8) {
+        __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a_c + j);
+        __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b_c + j);
+        __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
+        __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
+        __m512d lo = _mm512_unpacklo_pd(s, c); /* s0 c0 s2 c2 s4 c4 s6 c6 */
+        __m512d hi = _mm512_unpackhi_pd(s, c); /* s1 c1 s3 c3 s5 c5 s7 c7 */
+        _mm512_stream_pd(row + 2 * j, _mm512_permutex2var_pd(lo, first, hi));
+        _mm512_stream_pd(row + 2 * j + 8, _mm512_permutex2var_pd(lo, second, hi));
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
+}
+
+CPE_AVX512_TARGET static void cpe_stream_f32_avx512(float *row, const double *a,
+                                                    const double *b, Py_ssize_t n_freq,
+                                                    Py_ssize_t n_pairs) {
+    const double *a_c = a + n_freq, *b_c = b + n_freq;
+    Py_ssize_t j = 0;
+    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 63); j++) CPE_PAIR_STORE(float, j);
+    for (; j + 8 <= n_pairs; j += 8) {
+        __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a_c + j);
+        __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b_c + j);
+        __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
+        __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
+        __m256 s8 = _mm512_cvtpd_ps(s), c8 = _mm512_cvtpd_ps(c);
+        __m256 lo = _mm256_unpacklo_ps(s8, c8); /* s0 c0 s1 c1 | s4 c4 s5 c5 */
+        __m256 hi = _mm256_unpackhi_ps(s8, c8); /* s2 c2 s3 c3 | s6 c6 s7 c7 */
+        __m512 all = _mm512_castps256_ps512(_mm256_permute2f128_ps(lo, hi, 0x20));
+        all = _mm512_insertf32x8(all, _mm256_permute2f128_ps(lo, hi, 0x31), 1);
+        _mm512_stream_ps(row + 2 * j, all);
+    }
+    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
+}
+#endif
+
+/* All n_pairs pairs of an interleaved row, streamed where aligned. */
+static void cpe_stream_product_f64(double *row, const double *a, const double *b,
+                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+#if CPE_X86_DISPATCH
+    if (cpe_rows_level == 2) {
+        cpe_stream_f64_avx512(row, a, b, n_freq, n_pairs);
+        return;
+    }
+    if (cpe_rows_level == 1) {
+        cpe_stream_f64_avx2(row, a, b, n_freq, n_pairs);
+        return;
+    }
+#endif
+    cpe_stream_f64_sse2(row, a, b, n_freq, n_pairs);
+}
+
+static void cpe_stream_product_f32(float *row, const double *a, const double *b,
+                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+#if CPE_X86_DISPATCH
+    if (cpe_rows_level == 2) {
+        cpe_stream_f32_avx512(row, a, b, n_freq, n_pairs);
+        return;
+    }
+    if (cpe_rows_level == 1) {
+        cpe_stream_f32_avx2(row, a, b, n_freq, n_pairs);
+        return;
+    }
+#endif
+    cpe_stream_f32_sse2(row, a, b, n_freq, n_pairs);
+}
+
+static void cpe_stream_fence(void) { _mm_sfence(); }
+#else
+#define CPE_HAVE_STREAM 0
+static void cpe_stream_product_f64(double *row, const double *a, const double *b,
+                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    cpe_store_interleaved_double(row, a, b, n_pairs, n_freq);
+}
+static void cpe_stream_product_f32(float *row, const double *a, const double *b,
+                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+    cpe_store_interleaved_float(row, a, b, n_pairs, n_freq);
+}
+static void cpe_stream_fence(void) {}
+#endif
+
 #endif /* CPE_ROWS_H */

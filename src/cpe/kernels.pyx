@@ -16,58 +16,13 @@ from libc.stdlib cimport malloc, free, getenv
 from libc.stdint cimport uintptr_t
 from cython cimport floating
 
-cdef extern from *:
-    """
-    /* Non-temporal (streaming) stores for the interleaved layout: large outputs
-       are written without first reading every cache line, which is what limits
-       the plain loop. SSE2 is part of every x86-64 CPU, so no run-time dispatch
-       is needed; elsewhere the plain stores are used. Same arithmetic, same bits. */
-    #if defined(__SSE2__) || defined(_M_X64)
-    #include <emmintrin.h>
-    #define CPE_HAVE_STREAM 1
-    static void cpe_stream_product_f64(double *row, const double *a, const double *b,
-                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-        const double *a_c = a + n_freq, *b_c = b + n_freq;
-        for (Py_ssize_t j = 0; j + 1 < n_pairs; j += 2) {
-            __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
-            __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
-            __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
-            __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
-            _mm_stream_pd(row + 2 * j, _mm_unpacklo_pd(s, c));
-            _mm_stream_pd(row + 2 * j + 2, _mm_unpackhi_pd(s, c));
-        }
-    }
-    static void cpe_stream_product_f32(float *row, const double *a, const double *b,
-                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-        const double *a_c = a + n_freq, *b_c = b + n_freq;
-        for (Py_ssize_t j = 0; j + 1 < n_pairs; j += 2) {
-            __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
-            __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
-            __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
-            __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
-            __m128 lo = _mm_cvtpd_ps(_mm_unpacklo_pd(s, c));
-            __m128 hi = _mm_cvtpd_ps(_mm_unpackhi_pd(s, c));
-            _mm_stream_ps(row + 2 * j, _mm_movelh_ps(lo, hi));
-        }
-    }
-    static void cpe_stream_fence(void) { _mm_sfence(); }
-    #else
-    #define CPE_HAVE_STREAM 0
-    static void cpe_stream_product_f64(double *row, const double *a, const double *b,
-                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {}
-    static void cpe_stream_product_f32(float *row, const double *a, const double *b,
-                                       Py_ssize_t n_freq, Py_ssize_t n_pairs) {}
-    static void cpe_stream_fence(void) {}
-    #endif
-    """
+cdef extern from "cpe_rows.h":
     bint CPE_HAVE_STREAM
     void cpe_stream_product_f64(double* row, const double* a, const double* b,
                                 Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_product_f32(float* row, const double* a, const double* b,
                                 Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_fence() noexcept nogil
-
-cdef extern from "cpe_rows.h":
     int cpe_rows_level
     void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
@@ -322,20 +277,16 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
     # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
     # loops (cpe_rows.h) are specialized by layout so that their strides are
     # constants.
-    cdef Py_ssize_t j, first, n_freq = c.n_sin
+    cdef Py_ssize_t j, n_freq = c.n_sin
     cdef const double* a_c = a + n_freq
     cdef const double* b_c = b + n_freq
     cdef floating* sines = row + c.sin_at
     cdef floating* cosines = row + c.cos_at
-    if c.sin_step == 2 and stream and (<uintptr_t>row) % 16 == 0:
+    if c.sin_step == 2 and stream and (<uintptr_t>row) % (2 * sizeof(floating)) == 0:
         if floating is double:
             cpe_stream_product_f64(row, a, b, n_freq, c.n_cos)
         else:
             cpe_stream_product_f32(row, a, b, n_freq, c.n_cos)
-        first = c.n_cos - c.n_cos % 2
-        for j in range(first, c.n_cos):
-            row[2 * j] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
-            row[2 * j + 1] = <floating>(b_c[j] * a_c[j] - b[j] * a[j])
     elif c.sin_step == 2:
         if floating is double:
             cpe_store_interleaved_double(row, a, b, c.n_cos, n_freq)
