@@ -166,3 +166,19 @@ def test_negative_integer_positions_mirror_positive_ones_exactly():
             pos, neg = cpe.positional_encoding(p, D), cpe.positional_encoding(-p, D)
             np.testing.assert_array_equal(neg[0::2], -pos[0::2])
             np.testing.assert_array_equal(neg[1::2], pos[1::2])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_first_single_position_of_an_encoding_gives_the_cached_bits(dtype):
+    # The first single position of an encoding is made from digit rows in scratch
+    # memory, the next ones from the cached levels: the same rows and products.
+    for i, p in enumerate([0, 7, 4096, 12345, -54321, 65535]):
+        for D in (3, 64, 1030):
+            base = 9000.0 + 17 * i + D  # a new encoding for every first call
+            first = cpe.positional_encoding(p, D, base=base, dtype=dtype)
+            second = cpe.positional_encoding(p, D, base=base, dtype=dtype)
+            third = cpe.positional_encoding(p, D, base=base, dtype=dtype)
+            many = cpe.positional_encoding(np.full(64, p), D, base=base, dtype=dtype)
+            np.testing.assert_array_equal(first, second)
+            np.testing.assert_array_equal(first, third)
+            np.testing.assert_array_equal(first, many[0])

@@ -24,6 +24,8 @@ from cpe.kernels cimport (
     CPE_LAYOUT_SIN_COS,
     CPE_OK,
     digit_levels,
+    fill_angle_sum_f32,
+    fill_angle_sum_f64,
     fill_positions_f64,
     fill_positions_levels_f32,
     fill_positions_levels_f64,
@@ -217,6 +219,8 @@ cdef class _Encoding:
     cdef readonly double den
     cdef readonly double scale
     cdef readonly object key
+    # Set by the first single position that took _single_from_scratch.
+    cdef bint levels_wanted
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -473,11 +477,64 @@ cdef object _kernel_target(result, dt):
 cdef Py_ssize_t _NOGIL_VALUES = 4096
 
 
+cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc) except -1:
+    """The first single position of an encoding, from digit rows made in scratch memory.
+
+    A single integer position with |p| < 65536 is the product of the level rows
+    of its digits (_digits_for_positions). The first such request of an
+    encoding makes just those rows (at most 4), in memory freed afterwards, and
+    multiplies them as the kernel would: the same bits, without the cost of a
+    cache entry that a one-off call would not use. The next request makes it.
+    Returns False when the request is not such a first one.
+    """
+    cdef Py_ssize_t n_freq = enc.n_freq, row_doubles = 2 * enc.n_freq
+    cdef Py_ssize_t k, d, _, top = 0, count = 0, magnitude
+    cdef Py_ssize_t digits[4]
+    cdef int status
+    cdef const double* chain[4]
+    cdef double q
+    if (enc.levels_wanted or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
+            or <double>(<Py_ssize_t>p) != p
+            or _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8 > _DIGIT_BUDGET // 2
+            or enc.key in _digit_cache):
+        return False
+    enc.levels_wanted = True
+    magnitude = <Py_ssize_t>fabs(p)
+    for k in range(_DIGIT_LEVELS):
+        digits[k] = magnitude % _DIGIT_RADIX
+        magnitude //= _DIGIT_RADIX
+        if digits[k]:
+            top = k
+    scratch = np.empty((_DIGIT_LEVELS, row_doubles), dtype=np.float64)
+    cdef double* rows = <double*>_address(scratch)
+    for k in range(top, -1, -1):
+        d = digits[k]
+        if d or k == top:
+            # The row (k, d) exactly as _Levels.fill makes it.
+            q = <double>d
+            for _ in range(k):
+                q *= _DIGIT_RADIX
+            _raise_for(fill_positions_f64(rows + count * row_doubles, &q, 1, row_doubles,
+                                          enc.w_hi, enc.w_lo, n_freq, CPE_LAYOUT_SIN_COS))
+            chain[count] = rows + count * row_doubles
+            count += 1
+    if single:
+        status = fill_angle_sum_f32(<float*>data, enc.width, n_freq, enc.layout, chain, count,
+                                    p < 0)
+    else:
+        status = fill_angle_sum_f64(<double*>data, enc.width, n_freq, enc.layout, chain, count,
+                                    p < 0)
+    _raise_for(status)
+    return True
+
+
 cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_t n,
                          _Encoding enc) except -1:
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
+    if n == 1 and _single_from_scratch(data, single, positions[0], enc):
+        return 0
     tables = _digits_for_positions(enc, positions, n)
     cdef const double* levels = NULL
     if tables is not None:

@@ -48,6 +48,9 @@ Signatures (stable; a test snapshots them)::
                               Py_ssize_t n_freq, int layout, const double* levels,
                               Py_ssize_t radix, Py_ssize_t n_levels)
     int fill_table_levels_f32(float* out, ...same...)
+    int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                           const double* const* pair_rows, Py_ssize_t count, bint negate)
+    int fill_angle_sum_f32(float* out, ...same...)
 
 A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
 are built from a few pair rows each by angle addition. ``digit_levels`` makes,
@@ -116,3 +119,14 @@ cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t width, const double* w_hi, const double* w_lo,
                                Py_ssize_t n_freq, int layout, const double* levels,
                                Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
+
+# One row of `width` whose angles are the sums of the angles of `count` pair
+# rows (1 <= count <= 64), multiplied in order as the *_levels_* functions do:
+# with the rows of a position's digits, highest first, it gives the bits those
+# functions give for it. negate: the sines of the negated angles.
+cdef int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                            const double* const* pair_rows, Py_ssize_t count,
+                            bint negate) noexcept nogil
+cdef int fill_angle_sum_f32(float* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                            const double* const* pair_rows, Py_ssize_t count,
+                            bint negate) noexcept nogil

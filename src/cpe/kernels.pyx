@@ -429,6 +429,53 @@ cdef inline bint _streaming(Py_ssize_t rows, Py_ssize_t width, size_t itemsize) 
     return STREAM_ENABLED and width % 2 == 0 and rows * width * <Py_ssize_t>itemsize >= STREAM_BYTES
 
 
+cdef inline void _store_rows(floating* row, const double** chain, Py_ssize_t count,
+                             const columns* c, Py_ssize_t width, bint stream,
+                             double* buffers) noexcept nogil:
+    """The row whose angles are those of chain[0] + chain[1] + ... (pair rows),
+    multiplied in that order: up to four in registers (_store_chain), longer
+    chains and streamed rows through the two row ``buffers``."""
+    cdef Py_ssize_t r, n_freq = c.n_sin
+    cdef const double* four[4]
+    cdef const double* acc
+    cdef double* spare
+    if count == 1:
+        _store_pairs(row, chain[0], c, width)
+        return
+    if count <= 4 and not stream:
+        four[0] = four[1] = four[2] = four[3] = chain[0]
+        for r in range(1, count):
+            four[r] = chain[r]
+        _store_chain(row, four, <int>count, c, width)
+        return
+    acc = chain[0]
+    spare = buffers
+    for r in range(1, count - 1):
+        _product_pairs(spare, chain[r], acc, n_freq)
+        acc = spare
+        spare = buffers + 2 * n_freq if spare == buffers else buffers
+    _store_product(row, chain[count - 1], acc, c, width, stream)
+
+
+cdef inline Py_ssize_t _digit_chain(const double** chain, Py_ssize_t d, const double* levels,
+                                    Py_ssize_t radix, Py_ssize_t n_levels,
+                                    Py_ssize_t row_doubles) noexcept nogil:
+    """The level rows of the digits of d >= 0, highest first, skipping zero digits
+    (the identity) except for d = 0; returns how many."""
+    cdef Py_ssize_t digits[64]
+    cdef Py_ssize_t k, top = 0, count = 0
+    for k in range(n_levels):
+        digits[k] = d % radix
+        d //= radix
+        if digits[k]:
+            top = k
+    for k in range(top, -1, -1):
+        if digits[k] or k == top:
+            chain[count] = levels + row_doubles * (k * radix + digits[k])
+            count += 1
+    return count
+
+
 cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_positions,
                            Py_ssize_t width, Py_ssize_t n_freq, const columns* c,
                            const double* levels, Py_ssize_t radix,
@@ -440,62 +487,18 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     """
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef bint stream = _streaming(n_positions, width, sizeof(floating))
-    # Up to four rows are multiplied in registers (_store_chain); longer chains
-    # and streamed outputs go through two row buffers.
     cdef double* buffers = NULL
     if stream or n_levels > 4:
         buffers = <double*>malloc(sizeof(double) * 2 * row_doubles)
         if buffers == NULL:
             return CPE_ERR_NOMEM
-    cdef double* spare
-    cdef const double* acc
-    cdef double* target
-    cdef const double* chain[4]
-    cdef int count
-    cdef Py_ssize_t negated = 0
-    cdef Py_ssize_t i, k, d, top, digit
-    cdef Py_ssize_t digits[64]
+    cdef const double* chain[64]
+    cdef Py_ssize_t i, count, negated = 0
     for i in range(n_positions):
-        d = <Py_ssize_t>fabs(positions[i])
-        if positions[i] < 0:
-            negated += 1
-        top = 0
-        for k in range(n_levels):
-            digits[k] = d % radix
-            d //= radix
-            if digits[k]:
-                top = k
-        # Start from the highest non-zero digit, multiply in the others (a zero
-        # digit is the identity), and write the last product straight out.
-        count = 1
-        for k in range(top):
-            count += digits[k] != 0
-        acc = levels + row_doubles * (top * radix + digits[top])
-        if count == 1:
-            _store_pairs(out + i * width, acc, c, width)
-            continue
-        if count <= 4 and not stream:
-            chain[0] = chain[1] = chain[2] = chain[3] = acc
-            count = 1
-            for k in range(top - 1, -1, -1):
-                if digits[k]:
-                    chain[count] = levels + row_doubles * (k * radix + digits[k])
-                    count += 1
-            _store_chain(out + i * width, chain, count, c, width)
-            continue
-        spare = buffers
-        for k in range(top - 1, 0, -1):
-            digit = digits[k]
-            if digit:
-                target = spare
-                _product_pairs(target, levels + row_doubles * (k * radix + digit), acc, n_freq)
-                acc = target
-                spare = buffers + row_doubles if target == buffers else buffers
-        if digits[0]:
-            _store_product(out + i * width, levels + row_doubles * digits[0], acc, c, width,
-                           stream)
-        else:
-            _store_pairs(out + i * width, acc, c, width)
+        count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, n_levels,
+                             row_doubles)
+        _store_rows(out + i * width, chain, count, c, width, stream, buffers)
+        negated += positions[i] < 0
     free(buffers)
     if stream:
         cpe_stream_fence()
@@ -504,6 +507,39 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
             if positions[i] < 0:
                 _negate_sines(out + i * width, c)
     return CPE_OK
+
+
+cdef int _fill_angle_sum(floating* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                         const double* const* pair_rows, Py_ssize_t count,
+                         bint negate) noexcept nogil:
+    cdef columns c
+    if count < 1 or count > 64 or _columns(width, n_freq, layout, &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if n_freq == 0:
+        _store_pairs(out, NULL, &c, width)
+        return CPE_OK
+    cdef double* buffers = NULL
+    if count > 4:
+        buffers = <double*>malloc(sizeof(double) * 4 * n_freq)
+        if buffers == NULL:
+            return CPE_ERR_NOMEM
+    _store_rows(out, <const double**>pair_rows, count, &c, width, False, buffers)
+    free(buffers)
+    if negate:
+        _negate_sines(out, &c)
+    return CPE_OK
+
+
+cdef int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                            const double* const* pair_rows, Py_ssize_t count,
+                            bint negate) noexcept nogil:
+    return _fill_angle_sum(out, width, n_freq, layout, pair_rows, count, negate)
+
+
+cdef int fill_angle_sum_f32(float* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                            const double* const* pair_rows, Py_ssize_t count,
+                            bint negate) noexcept nogil:
+    return _fill_angle_sum(out, width, n_freq, layout, pair_rows, count, negate)
 
 
 cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
