@@ -94,3 +94,34 @@ def test_rope_errors(kwargs, exc, text):
     args = {"n": 4, "head_dim": 8, **kwargs}
     with pytest.raises(exc, match=text):
         cpe.rope_cos_sin(args.pop("n"), args.pop("head_dim"), **args)
+
+
+def split_table(table: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """RoPE's tables from an encoding table with the sines first (half) or interleaved."""
+    half = table.shape[-1] // 2
+    if layout == "half":
+        s, c = table[:, :half], table[:, half:]
+        return np.concatenate([c, c], axis=1), np.concatenate([s, s], axis=1)
+    s, c = table[:, 0::2], table[:, 1::2]
+    return np.repeat(c, 2, axis=1), np.repeat(s, 2, axis=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize(("n", "head_dim", "start"), [(1, 2, 0), (7, 8, -3), (5000, 64, 10**6)])
+def test_tables_are_the_encoding_table_rearranged(n, head_dim, start, layout, dtype):
+    # rope_cos_sin writes both tables in the kernel, a block of rows at a time
+    # (float16: in NumPy); either way the values are those of the encoding table.
+    cos, sin = cpe.rope_cos_sin(n, head_dim, base=500000.0, start=start, layout=layout, dtype=dtype)
+    table = cpe.positional_encoding_table(
+        n,
+        head_dim,
+        start=start,
+        base=500000.0,
+        dtype=dtype,
+        layout="sin_cos" if layout == "half" else "interleaved",
+    )
+    want_cos, want_sin = split_table(table, layout)
+    assert cos.dtype == sin.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(cos, want_cos)
+    np.testing.assert_array_equal(sin, want_sin)

@@ -35,3 +35,10 @@ def _check_dtype(dtype: object) -> np.dtype[Any]: ...
 def _check_out(
     out: object, shape: tuple[int, ...], dtype: np.dtype[Any], sizes: str
 ) -> npt.NDArray[np.floating[Any]]: ...
+def _fill_rope(
+    cos: npt.NDArray[np.floating[Any]],
+    sin: npt.NDArray[np.floating[Any]],
+    start: object,
+    base: object,
+    interleaved: bool,
+) -> None: ...

@@ -29,6 +29,8 @@ from cpe.kernels cimport (
     fill_positions_f64,
     fill_positions_levels_f32,
     fill_positions_levels_f64,
+    fill_rope_table_f32,
+    fill_rope_table_f64,
     fill_table_levels_f32,
     fill_table_levels_f64,
     frequencies,
@@ -849,3 +851,36 @@ def _check_out(out, shape, dtype, sizes):
     """``out`` checked against ``shape`` and ``dtype``, or a new array; ``sizes``
     names the arguments that set the shape."""
     return _prepare_out(out, tuple(shape), dtype, sizes)
+
+
+def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
+    """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
+
+    For cpe._rope, which has checked the arguments and made both arrays: new,
+    C-contiguous, float64 or float32, of the same shape ``(n, head_dim)``.
+    """
+    cdef Py_ssize_t n = cos.shape[0], width = cos.shape[1]
+    cdef bint single = cos.itemsize == 4
+    cdef _Encoding enc = _encoding(width, _as_base(base), 1.0, None, None, None, n != 0)
+    if n == 0:
+        return
+    tables = _digits_for(enc, n)
+    cdef const double* levels = NULL
+    cdef Py_ssize_t radix = 0, n_levels = 0
+    if tables is not None:
+        levels = <const double*>_address(tables)
+        radix, n_levels = _DIGIT_RADIX, _DIGIT_LEVELS
+    cdef double first = float(start)
+    cdef char* cos_data = _address(cos)
+    cdef char* sin_data = _address(sin)
+    cdef int status
+    with nogil:
+        if single:
+            status = fill_rope_table_f32(<float*>cos_data, <float*>sin_data, first, n, width,
+                                         enc.w_hi, enc.w_lo, interleaved, levels, radix,
+                                         n_levels)
+        else:
+            status = fill_rope_table_f64(<double*>cos_data, <double*>sin_data, first, n, width,
+                                         enc.w_hi, enc.w_lo, interleaved, levels, radix,
+                                         n_levels)
+    _raise_for(status)

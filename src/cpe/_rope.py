@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
 
 from cpe._conventions import is_one_of
-from cpe._core import _check_count, _check_dtype, positional_encoding, positional_encoding_table
+from cpe._core import (
+    _check_count,
+    _check_dtype,
+    _check_out,
+    _fill_rope,
+    positional_encoding,
+    positional_encoding_table,
+)
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -84,26 +92,72 @@ def rope_cos_sin(
     # the cos table; the duplicated columns are then copied, exactly.
     kernel_layout = "sin_cos" if layout == "half" else "interleaved"
     if _is_count(n):
-        table = positional_encoding_table(
-            n, width, start=start, base=base, dtype=dtype, layout=kernel_layout
-        )
-    else:
-        try:
-            table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
-        except (TypeError, ValueError) as exc:
-            if str(exc).startswith("position"):  # here the positions are the argument n
-                raise type(exc)(f"n (the positions): {exc}") from None
-            raise
-    cos, sin = table, np.empty_like(table)
-    half = width // 2
-    if layout == "half":
+        return _rope_table(n, width, start, base, dtype, kernel_layout)
+    try:
+        table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith("position"):  # here the positions are the argument n
+            raise type(exc)(f"n (the positions): {exc}") from None
+        raise
+    sin = np.empty_like(table)
+    _split(table, sin, kernel_layout)
+    return table, sin
+
+
+def _split(table: npt.NDArray[Any], sin: npt.NDArray[Any], layout: str) -> None:
+    """Turn the kernel's ``table`` into the cos table and fill ``sin``, exactly."""
+    half = table.shape[-1] // 2
+    if layout == "sin_cos":  # the "half" RoPE layout
         sin[..., :half] = table[..., :half]
         sin[..., half:] = table[..., :half]
-        cos[..., :half] = cos[..., half:]
+        table[..., :half] = table[..., half:]
     else:
         sin[..., 0::2] = table[..., 0::2]
         sin[..., 1::2] = table[..., 0::2]
-        cos[..., 0::2] = cos[..., 1::2]
+        table[..., 0::2] = table[..., 1::2]
+
+
+# Rows of a table made and split at a time: the copies then read and write
+# memory that is still in the cache, rather than two whole tables.
+_CHUNK_BYTES = 256 * 1024
+
+
+def _rope_table(
+    n: int, width: int, start: Any, base: Any, dtype: Any, kernel_layout: str
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    rows = _check_count(n, "n", 0)
+    # Check the arguments (start, and start + n) on empty tables, then the size.
+    empty = positional_encoding_table(
+        0, width, start=start, base=base, dtype=dtype, layout=kernel_layout
+    )
+    positional_encoding_table(
+        0, width, start=operator.index(start) + rows, base=base, dtype=dtype, layout=kernel_layout
+    )
+    # One allocation for both tables: two large ones in a row would, with
+    # glibc's default thresholds, be trimmed and page-faulted again on every call.
+    if 2 * rows * width * empty.itemsize <= sys.maxsize:
+        cos, sin = _check_out(None, (2, rows, width), empty.dtype, "n and head_dim")
+    else:  # each table alone may still be representable: let the allocator say
+        cos = _check_out(None, (rows, width), empty.dtype, "n and head_dim")
+        sin = _check_out(None, (rows, width), empty.dtype, "n and head_dim")
+    if empty.dtype != np.float16:
+        # The kernel writes both tables, a block of rows at a time.
+        _fill_rope(cos, sin, start, base, kernel_layout == "interleaved")
+        return cos, sin
+    # float16 has no kernel: float64 rows, rounded once, split block by block.
+    chunk = max(64, _CHUNK_BYTES // (width * cos.itemsize))
+    for i in range(0, rows, chunk):
+        block = cos[i : i + chunk]
+        positional_encoding_table(
+            len(block),
+            width,
+            start=operator.index(start) + i,
+            base=base,
+            dtype=dtype,
+            layout=kernel_layout,
+            out=block,
+        )
+        _split(block, sin[i : i + chunk], kernel_layout)
     return cos, sin
 
 

@@ -51,6 +51,11 @@ Signatures (stable; a test snapshots them)::
     int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
                            const double* const* pair_rows, Py_ssize_t count, bint negate)
     int fill_angle_sum_f32(float* out, ...same...)
+    int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
+                            Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                            const double* w_lo, bint interleaved, const double* levels,
+                            Py_ssize_t radix, Py_ssize_t n_levels)
+    int fill_rope_table_f32(float* cos_out, float* sin_out, ...same...)
 
 A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
 are built from a few pair rows each by angle addition. ``digit_levels`` makes,
@@ -130,3 +135,18 @@ cdef int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, in
 cdef int fill_angle_sum_f32(float* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
                             const double* const* pair_rows, Py_ssize_t count,
                             bint negate) noexcept nogil
+
+# RoPE's cos and sin tables (each n_rows x head_dim, head_dim even) of the
+# positions start, start + 1, ...: frequencies w_j for j < head_dim / 2
+# (frequencies() with exponent_den = head_dim / 2). interleaved = 0 ("half"):
+# a row is [cos(p w) | cos(p w)] and [sin(p w) | sin(p w)]; interleaved = 1:
+# each value twice in a row, (cos_0, cos_0, cos_1, ...). levels may be NULL
+# (then radix and n_levels are ignored), as in fill_table_levels_*.
+cdef int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
+                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                             const double* w_lo, bint interleaved, const double* levels,
+                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
+cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
+                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                             const double* w_lo, bint interleaved, const double* levels,
+                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil

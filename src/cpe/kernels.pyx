@@ -624,10 +624,36 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     return CPE_OK
 
 
+cdef inline void _rope_split(floating* cos_rows, floating* sin_rows, Py_ssize_t n_rows,
+                             Py_ssize_t width, int layout) noexcept nogil:
+    # Rows just written as [sin | cos] (sin_cos) or interleaved (sin, cos) become
+    # RoPE's cos rows, and their sines go twice into the sin rows: the same
+    # copies rope_cos_sin made with NumPy, done while the rows are in cache.
+    cdef Py_ssize_t i, j, half = width // 2
+    cdef floating* c
+    cdef floating* s
+    for i in range(n_rows):
+        c = cos_rows + i * width
+        s = sin_rows + i * width
+        if layout == CPE_LAYOUT_SIN_COS:
+            for j in range(half):
+                s[j] = c[j]
+                s[half + j] = c[j]
+                c[j] = c[half + j]
+        else:
+            for j in range(half):
+                s[2 * j] = c[2 * j]
+                s[2 * j + 1] = c[2 * j]
+                c[2 * j] = c[2 * j + 1]
+
+
 cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                      Py_ssize_t width, const double* w_hi, const double* w_lo,
                      Py_ssize_t n_freq, int layout, const double* levels,
-                     Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+                     Py_ssize_t radix, Py_ssize_t n_levels,
+                     floating* rope_sin) noexcept nogil:
+    """The table of positions start, start + 1, ...; with rope_sin, RoPE's cos
+    table (in out) and sin table (see _rope_split), for width == 2 n_freq."""
     cdef columns c
     if n_rows < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
@@ -657,6 +683,8 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
         for i in range(n_rows):
             _sincos_row(pairs, start + <double>i, w_hi, w_lo, n_freq)
             _store_pairs(out + i * width, pairs, &c, width)
+            if rope_sin != NULL:
+                _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
         free(pairs)
         return CPE_OK
 
@@ -664,7 +692,8 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix) != CPE_OK:
         return CPE_ERR_NOMEM
     radix = t.radix
-    cdef bint stream = _streaming(n_rows, width, sizeof(floating))
+    # (RoPE rows are read back at once: no streaming for them.)
+    cdef bint stream = _streaming(n_rows, width, sizeof(floating)) and rope_sin == NULL
     for d2 in range(t.n_high):
         for d1 in range(radix):
             row0 = (d2 * radix + d1) * radix
@@ -675,6 +704,9 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
             for d0 in range(min(radix, n_rows - row0)):
                 _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
                                t.scratch, &c, width, stream)
+            if rope_sin != NULL:
+                _rope_split(out + row0 * width, rope_sin + row0 * width,
+                            min(radix, n_rows - row0), width, layout)
     _digits_free(&t)
     if stream:
         cpe_stream_fence()
@@ -700,13 +732,13 @@ cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_po
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0, NULL)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0)
+    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0, NULL)
 
 
 cdef int fill_positions_levels_f64(double* out, const double* positions,
@@ -732,7 +764,7 @@ cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t n_freq, int layout, const double* levels,
                                Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       levels, radix, n_levels)
+                       levels, radix, n_levels, NULL)
 
 
 cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
@@ -740,4 +772,31 @@ cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
                                Py_ssize_t n_freq, int layout, const double* levels,
                                Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       levels, radix, n_levels)
+                       levels, radix, n_levels, NULL)
+
+
+cdef inline int _fill_rope_table(floating* cos_out, floating* sin_out, double start,
+                                 Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                                 const double* w_lo, bint interleaved, const double* levels,
+                                 Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+    if head_dim < 2 or head_dim % 2:
+        return CPE_ERR_ARGUMENT
+    return _fill_table(cos_out, start, n_rows, head_dim, w_hi, w_lo, head_dim // 2,
+                       CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS,
+                       levels, radix, n_levels, sin_out)
+
+
+cdef int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
+                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                             const double* w_lo, bint interleaved, const double* levels,
+                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+    return _fill_rope_table(cos_out, sin_out, start, n_rows, head_dim, w_hi, w_lo,
+                            interleaved, levels, radix, n_levels)
+
+
+cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
+                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
+                             const double* w_lo, bint interleaved, const double* levels,
+                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+    return _fill_rope_table(cos_out, sin_out, start, n_rows, head_dim, w_hi, w_lo,
+                            interleaved, levels, radix, n_levels)
