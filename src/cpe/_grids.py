@@ -172,13 +172,29 @@ def sincos_2d(
     if not rows or not columns:  # no grid tokens: no axis to encode, however long
         view[:extra] = 0
         return result
-    half, quarter = width // 2, width // 4
+    half = width // 2
     enc_h, enc_w = _axes(
         rows, columns, (step_h, step_w), half, b, dt, f"grid_h, grid_w and {names}"
     )
     enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
     view[:extra] = 0
     grid = view[extra:].reshape(rows, columns, width)
+    # A few grid rows at a time, so that the copies that fill the parts of a
+    # token's row meet in the cache rather than each crossing the whole output.
+    block = max(1, _BLOCK_BYTES // (columns * width * grid.itemsize))
+    for i in range(0, rows, block):
+        _fill_grid_rows(grid[i : i + block], enc_h[i : i + block], enc_w, layout)
+    return result
+
+
+# Output bytes filled per block of grid rows (sincos_2d).
+_BLOCK_BYTES = 1024 * 1024
+
+
+def _fill_grid_rows(
+    grid: npt.NDArray[Any], enc_h: npt.NDArray[Any], enc_w: npt.NDArray[Any], layout: str
+) -> None:
+    half, quarter = grid.shape[-1] // 2, grid.shape[-1] // 4
     if layout == "mae":
         grid[..., :half] = enc_w
         grid[..., half:] = enc_h
@@ -190,7 +206,6 @@ def sincos_2d(
     else:
         grid[..., :half] = enc_h
         grid[..., half:] = enc_w
-    return result
 
 
 def sincos_3d(
