@@ -12,8 +12,8 @@
  *   - sin and cos of x + y are fdlibm's kernels (__kernel_sin/__kernel_cos,
  *     FreeBSD msun), error below one ulp.
  *
- * Angles outside [2**-900, CPE_REDUCE_LIMIT] (and positions or frequencies
- * beyond 2**900, where the splitting would overflow) are recomputed by the
+ * Angles outside [CPE_TINY, CPE_REDUCE_LIMIT] (and positions or frequencies
+ * beyond CPE_HUGE, where the splitting would overflow) are recomputed by the
  * caller's scalar fallback, so every element gets an accurate value whatever
  * the inputs.
  *
@@ -47,8 +47,9 @@
 
 /* |k| < 2**20 keeps k * pio2_1 and k * pio2_2 exact. */
 #define CPE_REDUCE_LIMIT 1.6e6
-#define CPE_TINY 0x1p-900
-#define CPE_HUGE 0x1p+900
+/* About 2**-900 and 2**900 (decimal: MSVC's C compiler may not read hex floats). */
+#define CPE_TINY 1e-271
+#define CPE_HUGE 1e271
 
 /* Whether the fast loop computes sin/cos(p w) accurately (see above). */
 CPE_ALWAYS_INLINE int cpe_fast_element(double p, double w) {
@@ -380,10 +381,10 @@ CPE_MULTIVERSION(cpe_chain_blocked_float,
 /* One pair, also with a non-temporal store: a cache line written partly with
    ordinary stores and partly with streaming ones is much slower than either.
    Rows are 16-byte aligned for double and 8-byte aligned for float. */
-static inline void cpe_pair_stream_double(double *dst, double s, double c) {
+CPE_ALWAYS_INLINE void cpe_pair_stream_double(double *dst, double s, double c) {
     _mm_stream_pd(dst, _mm_set_pd(c, s));
 }
-static inline void cpe_pair_stream_float(float *dst, double s, double c) {
+CPE_ALWAYS_INLINE void cpe_pair_stream_float(float *dst, double s, double c) {
     float pair[2] = {(float)s, (float)c};
     long long bits;
     memcpy(&bits, pair, sizeof bits);
