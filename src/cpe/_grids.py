@@ -51,7 +51,7 @@ def _axis(
     ``names`` are the arguments that set the coordinates, for the error messages.
     """
     try:
-        if step == 1.0:  # integer coordinates: the table kernel, far fewer libm calls
+        if step == 1.0:  # integer coordinates: the table kernel, far fewer rows computed
             return positional_encoding_table(size, width, base=base, dtype=dtype, layout="sin_cos")
         with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
             coordinates = np.arange(size, dtype=np.float64) * step

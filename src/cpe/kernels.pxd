@@ -61,7 +61,7 @@ A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
 are built from a few pair rows each by angle addition. ``digit_levels`` makes,
 once, the position-independent rows ``(sin, cos)(d * radix**k * w)`` for
 ``d < radix`` and ``k < n_levels`` (``n_levels * radix * 2 * n_freq`` doubles,
-level by level); the ``*_levels_*`` functions then call libm for no integer
+level by level); the ``*_levels_*`` functions then compute sines for no integer
 position with ``|p| < radix**n_levels`` and for only ``ceil(n / radix**2)``
 rows of a table.
 ``n_levels >= 2`` and ``radix**n_levels <= 2**40``. The plain functions make

@@ -4,12 +4,13 @@ See ``kernels.pxd`` for the API and README.md for the definition. Two ideas carr
 the accuracy:
 
 * the frequencies ``w_j`` are double-doubles (about 106 bits), so the angle
-  ``p * w_j`` is formed exactly as ``th + tl`` with ``fma``, and
-  ``sin(th + tl) = sin(th) + tl * cos(th)`` to within rounding;
+  ``p * w_j`` is formed exactly as ``th + tl``, and a row of sines and cosines
+  of such angles is computed by the vectorized loop of ``cpe_rows.h`` (libm's
+  ``sin``/``cos`` with ``sin(th + tl) = sin(th) + tl * cos(th)`` beyond its range);
 * tables and arrays of integer positions use the angle-addition identity: a
   position's row is the complex product of a few "digit" rows
   ``(sin, cos)(d R**k w)``, each computed as above, so only a handful of rows
-  call libm and every value stays within a few ulp (see "digit tables" below).
+  need that loop and every value stays within a few ulp (see "digit tables" below).
 """
 from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, ceil, cbrt, isfinite
 from libc.stdlib cimport malloc, free, getenv
@@ -344,8 +345,8 @@ cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
 # each computed by _sincos. The "low" (d0 w) and "middle" (d1 R w) rows do not
 # depend on the positions, so a caller may keep them: they are the first two
 # "levels" made by digit_levels (level k, row d: (sin, cos)(d R**k w)). Only the
-# ceil(span / R**2) "high" rows then call libm on every request; and a position
-# |p| < R**n_levels needs no libm call at all: it is the product of one row
+# ceil(span / R**2) "high" rows then need the row loop on every request; and a
+# position |p| < R**n_levels needs none at all: it is the product of one row
 # per non-zero digit.
 
 cdef struct digits:
@@ -592,7 +593,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
                                  levels, radix, n_levels)
     if integral and highest - lowest < 1099511627776.0:
         span = <Py_ssize_t>(highest - lowest) + 1
-    # Digit tables pay off when their libm rows are few against the positions.
+    # Digit tables pay off when their computed rows are few against the positions.
     if span and n_freq:
         r = radix if low != NULL else _radix_for(span)
         libm_rows = span // (r * r) + 1 + (0 if low != NULL else 2 * r)
@@ -676,7 +677,7 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     cdef double* pairs
     cdef Py_ssize_t r = _radix_for(n_rows)
     if low == NULL and 2 * r + (n_rows + r * r - 1) // (r * r) >= n_rows:
-        # So few rows that digit tables would call libm more often than they save.
+        # So few rows that digit tables would compute more rows than they save.
         pairs = <double*>malloc(sizeof(double) * 2 * n_freq)
         if pairs == NULL:
             return CPE_ERR_NOMEM
