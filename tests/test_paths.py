@@ -112,6 +112,17 @@ ROW_LOOP_REQUESTS = {
     "odd conventions": (
         "cpe.positional_encoding([1.5, 2.5e5], 77, base=3.0, convention='fairseq', scale=-2.5)"
     ),
+    # Chains of 1 to 4 digit rows, pair counts that leave a remainder after the
+    # last full vector (GCC once fused these products into FMA in the SIMD copies).
+    "single positions, chains of rows": (
+        "np.concatenate([cpe.positional_encoding(p, D, dtype=t) for t in (np.float64, np.float32)"
+        " for D in (3, 22, 63, 1023) for p in (0, 7, 23, 300, 4097, 12345, 65535, -22)])"
+    ),
+    "blocked layouts": (
+        "np.concatenate([cpe.positional_encoding(np.arange(-70, 70) * 13, D, layout=lay)"
+        " for lay in ('sin_cos', 'cos_sin') for D in (9, 30)], axis=None)"
+    ),
+    "table, odd width": "cpe.positional_encoding_table(300, 1023, start=5)",
 }
 
 

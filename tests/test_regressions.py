@@ -179,3 +179,21 @@ def test_sincos_2d_fills_a_matrix_out():
 def test_rope_position_id_errors_name_n(n):
     with pytest.raises((TypeError, ValueError), match=r"^n \(the positions\)"):
         cpe.rope_cos_sin(n, 4)
+
+
+# ---- found by a review of the SIMD kernels ----
+
+
+def test_digit_rows_beyond_the_range_of_the_request_are_not_an_error():
+    # 64 rows at scale 1e304: every position times frequency is finite, but the
+    # digit-level row of 61440 is not; it is never read, and must not be refused.
+    assert np.isfinite(cpe.positional_encoding_table(64, 4, scale=1e304)).all()
+    assert np.isfinite(cpe.positional_encoding(np.arange(64), 4, scale=1e304)).all()
+
+
+def test_an_overflowing_single_position_is_refused_on_the_first_call_too():
+    # The first single position of an encoding takes its own path: it must check
+    # the range as the kernel does, or the first call returns what later ones refuse.
+    for _ in range(2):
+        with pytest.raises(ValueError, match="overflows"):
+            cpe.positional_encoding(17, 2, scale=1.1e307)

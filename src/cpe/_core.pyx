@@ -21,12 +21,10 @@ from cpe.kernels cimport (
     CPE_ERR_NOMEM,
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
-    CPE_LAYOUT_SIN_COS,
     CPE_OK,
     digit_levels,
     fill_angle_sum_f32,
     fill_angle_sum_f64,
-    fill_positions_f64,
     fill_positions_levels_f32,
     fill_positions_levels_f64,
     fill_rope_table_f32,
@@ -34,6 +32,7 @@ from cpe.kernels cimport (
     fill_table_levels_f32,
     fill_table_levels_f64,
     frequencies,
+    sincos_row,
 )
 
 cnp.import_array()
@@ -339,11 +338,10 @@ cdef class _Levels:
                 p = <double>(index % _DIGIT_RADIX)
                 for _ in range(index // _DIGIT_RADIX):
                     p *= _DIGIT_RADIX
-                # The sin_cos layout of width 2 n_freq is a pair row: the same
-                # values digit_levels makes.
-                _raise_for(fill_positions_f64(self.data + 2 * n_freq * index, &p, 1,
-                                              2 * n_freq, self.enc.w_hi, self.enc.w_lo,
-                                              n_freq, CPE_LAYOUT_SIN_COS))
+                # The row digit_levels makes. No range check: a row whose
+                # angles overflow is never read for a position the kernel accepts.
+                _raise_for(sincos_row(self.data + 2 * n_freq * index, p, self.enc.w_hi,
+                                      self.enc.w_lo, n_freq))
                 cpe_flag_set(&self.filled[index])
         return 0
 
@@ -500,6 +498,9 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
             or _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8 > _DIGIT_BUDGET // 2
             or enc.key in _digit_cache):
         return False
+    # The kernel's own range check (it raises there); the digit rows are then finite.
+    if not isfinite(fabs(p) * max(fabs(enc.w_hi[0]), fabs(enc.w_hi[n_freq - 1]))):
+        return False
     enc.levels_wanted = True
     magnitude = <Py_ssize_t>fabs(p)
     for k in range(_DIGIT_LEVELS):
@@ -516,8 +517,7 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
             q = <double>d
             for _ in range(k):
                 q *= _DIGIT_RADIX
-            _raise_for(fill_positions_f64(rows + count * row_doubles, &q, 1, row_doubles,
-                                          enc.w_hi, enc.w_lo, n_freq, CPE_LAYOUT_SIN_COS))
+            _raise_for(sincos_row(rows + count * row_doubles, q, enc.w_hi, enc.w_lo, n_freq))
             chain[count] = rows + count * row_doubles
             count += 1
     if single:

@@ -147,7 +147,16 @@ static int cpe_sincos_row_portable(double *row, double p, const double *w_hi,
 }
 
 #if CPE_X86_DISPATCH
-#define CPE_AVX2_TARGET __attribute__((target("avx2,fma")))
+/* GCC's SLP vectorizer turns a*b + c*d beside a*b - c*d into fmaddsub/fmsubadd
+   even under -ffp-contract=off (seen with GCC 12), which would make the FMA
+   copies round differently from the portable one: it is off in those copies
+   (their loops are vectorized by the loop vectorizer). */
+#if defined(__clang__)
+#define CPE_NO_SLP
+#else
+#define CPE_NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
+#endif
+#define CPE_AVX2_TARGET __attribute__((target("avx2,fma"))) CPE_NO_SLP
 CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
     return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
@@ -156,7 +165,7 @@ CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
 #define CPE_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
 #else
 #define CPE_AVX512_TARGET \
-    __attribute__((target("avx512f,avx512dq,avx512vl,fma,prefer-vector-width=512")))
+    __attribute__((target("avx512f,avx512dq,avx512vl,fma,prefer-vector-width=512"))) CPE_NO_SLP
 #endif
 CPE_AVX512_TARGET static int cpe_sincos_row_avx512(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
@@ -167,18 +176,39 @@ CPE_AVX512_TARGET static int cpe_sincos_row_avx512(
 /* Which copy of the loop runs: 0 portable, 1 AVX2 + FMA, 2 AVX-512; set once at import. */
 static int cpe_rows_level = 0;
 
+#if CPE_X86_DISPATCH
+#include <cpuid.h>
+/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA, 0 otherwise: what the CPU has and
+   the operating system saves (XCR0). Read with cpuid/xgetbv rather than
+   __builtin_cpu_supports, whose libgcc symbol not every toolchain provides. */
+static int cpe_x86_level(void) {
+    unsigned int a, b, c, d, xcr0_lo, xcr0_hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) {
+        return 0;
+    }
+    if (!((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 28) & 1)) {
+        return 0; /* FMA, OSXSAVE, AVX */
+    }
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 0x6) != 0x6) {
+        return 0; /* XMM and YMM state */
+    }
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 5) & 1)) {
+        return 0; /* AVX2 */
+    }
+    if (((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 31) & 1)
+            && (xcr0_lo & 0xE0) == 0xE0) {
+        return 2; /* AVX512F, AVX512DQ, AVX512VL; opmask and ZMM state */
+    }
+    return 1;
+}
+#endif
+
 /* max_level caps the choice (0: portable only), for tests and CPE_DISABLE_SIMD. */
 static void cpe_rows_init(int max_level) {
 #if CPE_X86_DISPATCH
-    int level = 0;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        level = 1;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")
-                && __builtin_cpu_supports("avx512vl")) {
-            level = 2;
-        }
-    }
+    int level = cpe_x86_level();
     cpe_rows_level = level < max_level ? level : max_level;
 #else
     (void)max_level;

@@ -35,6 +35,8 @@ Signatures (stable; a test snapshots them)::
                        Py_ssize_t width, const double* w_hi, const double* w_lo,
                        Py_ssize_t n_freq, int layout)
     int fill_table_f32(float* out, ...same...)
+    int sincos_row(double* pair_row, double position, const double* w_hi,
+                   const double* w_lo, Py_ssize_t n_freq)
     int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq)
     int fill_positions_levels_f64(double* out, const double* positions,
@@ -101,7 +103,13 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil
 
-# levels[k][d] = (sin, cos)(d * radix**k * w) as pair rows, k < n_levels, d < radix.
+# The pair row (sin, cos)(position * w): n_freq sines, then n_freq cosines. No
+# range check: an angle that overflows gives NaN.
+cdef int sincos_row(double* pair_row, double position, const double* w_hi,
+                    const double* w_lo, Py_ssize_t n_freq) noexcept nogil
+
+# levels[k][d] = (sin, cos)(d * radix**k * w) as pair rows, k < n_levels, d < radix:
+# the rows sincos_row makes for the positions d * radix**k.
 cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                       const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil
 

@@ -376,6 +376,14 @@ cdef inline Py_ssize_t _levels_limit(Py_ssize_t radix, Py_ssize_t n_levels) noex
     return limit
 
 
+cdef int sincos_row(double* pair_row, double position, const double* w_hi,
+                    const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    if n_freq < 0 or not isfinite(position):
+        return CPE_ERR_ARGUMENT
+    _sincos_row(pair_row, position, w_hi, w_lo, n_freq)
+    return CPE_OK
+
+
 cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                       const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
     if _levels_limit(radix, n_levels) == 0 or n_freq < 0:
