@@ -95,9 +95,10 @@ cdef inline dd _quick_two_sum(double a, double b) noexcept nogil:
 
 
 cdef inline dd _two_prod(double a, double b) noexcept nogil:
-    # Dekker's exact product: inline arithmetic, where fma() is a library call
-    # on baseline x86-64. Same result while no partial product can overflow or
-    # underflow (factors within 2**+-500); fma() beyond.
+    # Dekker's product: inline arithmetic, where fma() is a library call on
+    # baseline x86-64. For factors within 2**+-500 nothing overflows and the
+    # error term is exact to ~2**-76 of itself (its smallest part may lose bits
+    # to underflow), far below what the double-double needs; fma() beyond.
     cdef double p = a * b
     cdef double t, a_hi, a_lo, b_hi, b_lo
     if not (3.06e-151 < fabs(a) < 3.27e150 and 3.06e-151 < fabs(b) < 3.27e150):
