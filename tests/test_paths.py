@@ -44,12 +44,13 @@ for expression in sys.argv[1:]:
 SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
 
 
-def digests(*switches: str) -> list[str]:
-    """Digests of BIG_REQUESTS made in a subprocess with these switches set."""
+def subprocess_digests(requests: dict[str, str], switches: tuple[str, ...]) -> list[str]:
+    """Digests of the requests made in a subprocess with these switches set (and
+    no other), then the name of the row loop that subprocess used."""
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     env.update(dict.fromkeys(switches, "1"))
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *BIG_REQUESTS.values()],
+        [sys.executable, "-c", SCRIPT + "print(cpe.kernels._row_loop())\n", *requests.values()],
         capture_output=True,
         text=True,
         env=env,
@@ -57,6 +58,11 @@ def digests(*switches: str) -> list[str]:
         check=True,
     )
     return result.stdout.split()
+
+
+def digests(*switches: str) -> list[str]:
+    """Digests of BIG_REQUESTS made in a subprocess with these switches set."""
+    return subprocess_digests(BIG_REQUESTS, switches)[:-1]
 
 
 def test_streaming_and_plain_stores_give_the_same_bits():
@@ -126,26 +132,10 @@ ROW_LOOP_REQUESTS = {
 }
 
 
-def row_loop_digests(env: dict[str, str]) -> list[str]:
-    script = SCRIPT + "print(cpe.kernels._row_loop())\n"
-    result = subprocess.run(
-        [sys.executable, "-c", script, *ROW_LOOP_REQUESTS.values()],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
-    )
-    return result.stdout.split()
-
-
 def test_every_copy_of_the_row_loop_gives_the_same_bits():
-    default_env = {
-        k: v for k, v in os.environ.items() if k not in ("CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
-    }
-    *widest, widest_loop = row_loop_digests(default_env)
-    *avx2, avx2_loop = row_loop_digests({**default_env, "CPE_DISABLE_AVX512": "1"})
-    *portable, portable_loop = row_loop_digests({**default_env, "CPE_DISABLE_SIMD": "1"})
+    *widest, widest_loop = subprocess_digests(ROW_LOOP_REQUESTS, ())
+    *avx2, avx2_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_AVX512",))
+    *portable, portable_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_SIMD",))
     assert portable_loop == "portable"
     assert avx2_loop in ("avx2", "portable")
     assert widest_loop == cpe.kernels._row_loop()

@@ -399,6 +399,16 @@ cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
     return levels.table
 
 
+cdef object _table_levels(_Encoding enc, Py_ssize_t rows, const double** levels):
+    """``_digits_for(enc, rows)``, and its data in ``levels`` (NULL for None).
+
+    The caller keeps the returned array alive while the kernel reads ``levels``.
+    """
+    tables = _digits_for(enc, rows)
+    levels[0] = NULL if tables is None else <const double*>_address(tables)
+    return tables
+
+
 cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssize_t n):
     """The digit levels for these positions, or None for the direct path.
 
@@ -568,12 +578,10 @@ cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    tables = _digits_for(enc, n)
-    cdef const double* levels = NULL
-    cdef Py_ssize_t radix = 0, n_levels = 0
-    if tables is not None:
-        levels = <const double*>_address(tables)
-        radix, n_levels = _DIGIT_RADIX, _DIGIT_LEVELS
+    cdef const double* levels
+    _levels_owner = _table_levels(enc, n, &levels)  # alive while the kernel reads levels
+    cdef Py_ssize_t radix = _DIGIT_RADIX if levels != NULL else 0
+    cdef Py_ssize_t n_levels = _DIGIT_LEVELS if levels != NULL else 0
     cdef int status
     with nogil:
         if single:
@@ -864,12 +872,10 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
     cdef _Encoding enc = _encoding(width, _as_base(base), 1.0, None, None, None, n != 0)
     if n == 0:
         return
-    tables = _digits_for(enc, n)
-    cdef const double* levels = NULL
-    cdef Py_ssize_t radix = 0, n_levels = 0
-    if tables is not None:
-        levels = <const double*>_address(tables)
-        radix, n_levels = _DIGIT_RADIX, _DIGIT_LEVELS
+    cdef const double* levels
+    _levels_owner = _table_levels(enc, n, &levels)  # alive while the kernel reads levels
+    cdef Py_ssize_t radix = _DIGIT_RADIX if levels != NULL else 0
+    cdef Py_ssize_t n_levels = _DIGIT_LEVELS if levels != NULL else 0
     cdef double first = float(start)
     cdef char* cos_data = _address(cos)
     cdef char* sin_data = _address(sin)

@@ -537,36 +537,29 @@ CPE_AVX512_TARGET static void cpe_stream_f32_avx512(float *row, const double *a,
 }
 #endif
 
-/* All n_pairs pairs of an interleaved row, streamed where aligned. */
-static void cpe_stream_product_f64(double *row, const double *a, const double *b,
-                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
+/* All n_pairs pairs of an interleaved row, streamed where aligned, with the
+   widest copy in use. */
 #if CPE_X86_DISPATCH
-    if (cpe_rows_level == 2) {
-        cpe_stream_f64_avx512(row, a, b, n_freq, n_pairs);
-        return;
+#define CPE_STREAM_DISPATCH(bits, T)                                                      \
+    static void cpe_stream_product_##bits(T *row, const double *a, const double *b,        \
+                                          Py_ssize_t n_freq, Py_ssize_t n_pairs) {         \
+        if (cpe_rows_level == 2) {                                                         \
+            cpe_stream_##bits##_avx512(row, a, b, n_freq, n_pairs);                        \
+        } else if (cpe_rows_level == 1) {                                                  \
+            cpe_stream_##bits##_avx2(row, a, b, n_freq, n_pairs);                          \
+        } else {                                                                           \
+            cpe_stream_##bits##_sse2(row, a, b, n_freq, n_pairs);                          \
+        }                                                                                  \
     }
-    if (cpe_rows_level == 1) {
-        cpe_stream_f64_avx2(row, a, b, n_freq, n_pairs);
-        return;
+#else
+#define CPE_STREAM_DISPATCH(bits, T)                                                      \
+    static void cpe_stream_product_##bits(T *row, const double *a, const double *b,        \
+                                          Py_ssize_t n_freq, Py_ssize_t n_pairs) {         \
+        cpe_stream_##bits##_sse2(row, a, b, n_freq, n_pairs);                              \
     }
 #endif
-    cpe_stream_f64_sse2(row, a, b, n_freq, n_pairs);
-}
-
-static void cpe_stream_product_f32(float *row, const double *a, const double *b,
-                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-#if CPE_X86_DISPATCH
-    if (cpe_rows_level == 2) {
-        cpe_stream_f32_avx512(row, a, b, n_freq, n_pairs);
-        return;
-    }
-    if (cpe_rows_level == 1) {
-        cpe_stream_f32_avx2(row, a, b, n_freq, n_pairs);
-        return;
-    }
-#endif
-    cpe_stream_f32_sse2(row, a, b, n_freq, n_pairs);
-}
+CPE_STREAM_DISPATCH(f64, double)
+CPE_STREAM_DISPATCH(f32, float)
 
 static void cpe_stream_fence(void) { _mm_sfence(); }
 #else
