@@ -220,8 +220,8 @@ cdef class _Encoding:
     cdef readonly double den
     cdef readonly double scale
     cdef readonly object key
-    # Set by the first single position that took _single_from_scratch.
-    cdef bint levels_wanted
+    # Set (cpe_flag_set) by the first single position that took _single_from_scratch.
+    cdef char levels_wanted
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -503,7 +503,7 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
     cdef int status
     cdef const double* chain[4]
     cdef double q
-    if (enc.levels_wanted or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
+    if (cpe_flag_get(&enc.levels_wanted) or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
             or <double>(<Py_ssize_t>p) != p
             or _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8 > _DIGIT_BUDGET // 2
             or enc.key in _digit_cache):
@@ -511,7 +511,7 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
     # The kernel's own range check (it raises there); the digit rows are then finite.
     if not isfinite(fabs(p) * max(fabs(enc.w_hi[0]), fabs(enc.w_hi[n_freq - 1]))):
         return False
-    enc.levels_wanted = True
+    cpe_flag_set(&enc.levels_wanted)
     magnitude = <Py_ssize_t>fabs(p)
     for k in range(_DIGIT_LEVELS):
         digits[k] = magnitude % _DIGIT_RADIX
