@@ -110,7 +110,8 @@ for label, files in (("sdist", sdist_files), ("wheel", wheel_files)):
     problems += [f"{label}: CI file {n}" for n in sorted(files) if n.startswith((".ci/", ".github/"))]
 for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
                  "src/cpe/__init__.py", "src/cpe/_core.pyx", "src/cpe/_core.pyi",
-                 "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/py.typed",
+                 "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/cpe_rows.h",
+                 "src/cpe/py.typed",
                  "src/cpe/_reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",
                  "tests/capi_signatures.json", "docs/heatmap.png"]:
@@ -147,6 +148,24 @@ if python3 -m zipfile -l "$repaired" | grep -q '\.libs/'; then
     fail "auditwheel grafted external libraries into the wheel"
 fi
 echo "repaired: $(basename "$repaired")"
+
+# The SIMD copies of the loops must round exactly as the portable copy: no fused
+# multiply-add except in the row loop, where fma() is meant (GCC 12 once fused
+# the angle-addition products despite -ffp-contract=off).
+step "FMA instructions only in the sine/cosine row loop"
+if command -v objdump > /dev/null; then
+    rm -rf "$work/fma-check" && mkdir -p "$work/fma-check"
+    python3 -m zipfile -e "$repaired" "$work/fma-check"
+    fused=$(objdump -d "$work"/fma-check/cpe/kernels.*.so \
+        | awk '/^[0-9a-f]+ <.*>:$/ {fn = $2} /\tvfn?m(add|sub)/ {print fn}' \
+        | sort -u | grep -v '^<cpe_sincos_row_' || true)
+    [ -z "$fused" ] || fail "fused multiply-adds outside the row loop: $fused"
+    objdump -t "$work"/fma-check/cpe/kernels.*.so | grep -q cpe_sincos_row_avx2 \
+        || fail "no symbol table to check (stripped?)"
+    echo "only in cpe_sincos_row_*"
+else
+    echo "objdump not installed: not checked"
+fi
 
 # run_suite PYTHON LABEL INSTALLABLE: a fresh venv, cpe from INSTALLABLE with its
 # test extra, then the suite from a folder outside the source tree; every test
