@@ -91,8 +91,8 @@ def cache_entries_are_consistent() -> list[str]:
             close = (np.abs(hi - exact) <= slack * np.abs(exact)) | (hi == exact)
         if not np.all(close):
             problems.append(f"entry {enc.key} does not hold the frequencies of its key")
-    shape = (snap["n_levels"], snap["radix"])
     for key, array in levels.items():
+        shape = _core._level_shape(array.shape[2] // 2)  # fixed by the width
         if array.flags.writeable or array.shape[:2] != shape:
             problems.append(f"levels {key}: writeable={array.flags.writeable} shape={array.shape}")
     return problems

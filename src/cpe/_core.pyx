@@ -14,6 +14,7 @@ import numpy as np
 cimport numpy as cnp
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport fabs, isfinite
+from libc.string cimport memset
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -58,20 +59,42 @@ def _max_ndim():
 _MAX_NDIM = _max_ndim()
 # Bytes of frequency vectors kept between calls (16 bytes per frequency).
 cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
-# Digit levels (see kernels.pxd) kept between calls: 4 levels of radix 16 are
-# 64 pair rows (1 KiB per frequency); with them no position in [0, 65536) calls
-# the sine/cosine row loop, and a table calls it once per 256 rows. Requests of
-# at least _DIGITS_AT_ONCE positions make every row (64 row-loop calls, no more
-# than the request would make); smaller requests of integer positions with
-# |p| < 65536 make just the rows of their digits (see _Levels). Which path a
-# request takes depends on the request alone, never on what the cache holds,
-# and a row is the same whoever made it, so the same call always gives the
-# same bits.
-cdef Py_ssize_t _DIGIT_RADIX = 16
-cdef Py_ssize_t _DIGIT_LEVELS = 4
-cdef double _DIGIT_LIMIT = 65536.0  # _DIGIT_RADIX ** _DIGIT_LEVELS
+# Digit levels (see kernels.pxd) kept between calls, at most _DIGIT_BUDGET bytes
+# in all and half of it per encoding. An integer position 0 <= p < 65536 is
+# written with n_levels digits in base radix, and its pair row is the product of
+# one level row per non-zero digit. Narrow encodings (D <= 128) get two levels of
+# 256 rows: one product per position, from at most 512 KiB of rows, which stay
+# in a 1 MiB L2 cache. Wider ones get four levels of 16 rows (up to three
+# products): two levels of 256 rows would be read from L3 and were slower at
+# D = 512. Either way no position in [0, 65536) calls the sine/cosine row loop,
+# and a table calls it once per radix**2 rows. Rows are made when a request
+# first needs them (see _Levels). Which path a request takes depends on the
+# request and the width alone, never on what the cache holds, and a row is the
+# same whoever made it, so the same call always gives the same bits.
+cdef double _DIGIT_LIMIT = 65536.0  # radix ** n_levels for both shapes
 cdef Py_ssize_t _DIGIT_BUDGET = 4 * 1024 * 1024
 cdef Py_ssize_t _DIGITS_AT_ONCE = 64
+cdef Py_ssize_t _MAX_LEVEL_ROWS = 512  # the most rows of either shape
+
+
+cdef inline Py_ssize_t _digit_radix(Py_ssize_t n_freq) noexcept nogil:
+    """256 for two levels of 256 rows (up to 64 frequencies), else 16 for four of 16."""
+    return 256 if n_freq <= 64 else 16
+
+
+cdef inline Py_ssize_t _digit_count(Py_ssize_t radix) noexcept nogil:
+    return 2 if radix == 256 else 4
+
+
+cdef inline Py_ssize_t _level_bytes(Py_ssize_t n_freq) noexcept nogil:
+    cdef Py_ssize_t radix = _digit_radix(n_freq)
+    return _digit_count(radix) * radix * 16 * n_freq
+
+
+def _level_shape(Py_ssize_t n_freq):
+    """(n_levels, radix) of the digit levels of an encoding with n_freq frequencies."""
+    cdef Py_ssize_t radix = _digit_radix(n_freq)
+    return (_digit_count(radix), radix)
 
 
 # ---- argument checks: each names the argument and what was expected ----
@@ -316,14 +339,17 @@ cdef extern from *:
 cdef class _Levels:
     """The digit levels of one encoding, made row by row as requests need them.
 
-    ``table`` is the (levels, radix, 2 n_freq) array the kernels read; row
-    ``(k, d)`` holds ``(sin, cos)(d * radix**k * w)`` once ``filled[k * radix + d]``
-    is set. Each row is a fixed function of (k, d, w), whoever makes it and
-    whenever, so results never depend on which rows were made before.
+    ``table`` is the (n_levels, radix, 2 n_freq) array the kernels read (its
+    shape is ``_level_shape(n_freq)``); row ``(k, d)`` holds
+    ``(sin, cos)(d * radix**k * w)`` once ``filled[k * radix + d]`` is set.
+    Each row is a fixed function of (k, d, w), whoever makes it and whenever,
+    so results never depend on which rows were made before.
     """
     cdef readonly object table
     cdef double* data
-    cdef char filled[64]   # _DIGIT_LEVELS * _DIGIT_RADIX
+    cdef readonly Py_ssize_t radix
+    cdef readonly Py_ssize_t n_levels
+    cdef char filled[512]   # _MAX_LEVEL_ROWS
     cdef _Encoding enc
 
     cdef int fill(self, Py_ssize_t index) except -1:
@@ -335,9 +361,9 @@ cdef class _Levels:
             return 0
         with _cache_lock:
             if not cpe_flag_get(&self.filled[index]):
-                p = <double>(index % _DIGIT_RADIX)
-                for _ in range(index // _DIGIT_RADIX):
-                    p *= _DIGIT_RADIX
+                p = <double>(index % self.radix)
+                for _ in range(index // self.radix):
+                    p *= self.radix
                 # The row digit_levels makes. No range check: a row whose
                 # angles overflow is never read for a position the kernel accepts.
                 _raise_for(sincos_row(self.data + 2 * n_freq * index, p, self.enc.w_hi,
@@ -345,10 +371,43 @@ cdef class _Levels:
                 cpe_flag_set(&self.filled[index])
         return 0
 
-    cdef int fill_all(self) except -1:
-        cdef Py_ssize_t index
-        for index in range(_DIGIT_LEVELS * _DIGIT_RADIX):
-            self.fill(index)
+    cdef int fill_level(self, Py_ssize_t k, Py_ssize_t count) except -1:
+        """Make the rows of the digits ``d < count`` of level ``k``."""
+        cdef Py_ssize_t d
+        for d in range(min(count, self.radix)):
+            self.fill(k * self.radix + d)
+        return 0
+
+    cdef int fill_digits(self, const double* positions, Py_ssize_t n) except -1:
+        """Make the rows of the digits of the integers |positions| < 65536."""
+        cdef Py_ssize_t i, k, d, index
+        if n == 1:  # a single vector: no bookkeeping
+            return self.fill_index_digits(<Py_ssize_t>fabs(positions[0]))
+        cdef char seen[512]   # _MAX_LEVEL_ROWS
+        memset(seen, 0, sizeof(seen))
+        for i in range(n):
+            d = <Py_ssize_t>fabs(positions[i])
+            if d == 0 and not seen[0]:  # 0 is the row of digit 0
+                seen[0] = 1
+                self.fill(0)
+            k = 0
+            while d:
+                index = k * self.radix + d % self.radix
+                if index % self.radix and not seen[index]:
+                    seen[index] = 1
+                    self.fill(index)
+                d //= self.radix
+                k += 1
+        return 0
+
+    cdef inline int fill_index_digits(self, Py_ssize_t d) except -1:
+        cdef Py_ssize_t k
+        if d == 0:
+            return self.fill(0)
+        for k in range(self.n_levels):
+            if d % self.radix:
+                self.fill(k * self.radix + d % self.radix)
+            d //= self.radix
         return 0
 
 
@@ -359,8 +418,7 @@ cdef Py_ssize_t _digit_bytes = 0
 cdef _Levels _levels_of(_Encoding enc):
     """The (cached) digit levels of ``enc``, or None when they would not fit the cache."""
     global _digit_bytes
-    cdef Py_ssize_t row_doubles = 2 * enc.n_freq
-    cdef Py_ssize_t nbytes = _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8
+    cdef Py_ssize_t nbytes = _level_bytes(enc.n_freq)
     if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
         return None
     cached = _digit_cache.get(enc.key)
@@ -368,7 +426,9 @@ cdef _Levels _levels_of(_Encoding enc):
         return <_Levels>cached
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
-    levels.table = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, row_doubles), dtype=np.float64)
+    levels.radix = _digit_radix(enc.n_freq)
+    levels.n_levels = _digit_count(levels.radix)
+    levels.table = np.empty((levels.n_levels, levels.radix, 2 * enc.n_freq), dtype=np.float64)
     levels.data = <double*>_address(levels.table)
     levels.table.flags.writeable = False
     with _cache_lock:
@@ -382,63 +442,67 @@ cdef _Levels _levels_of(_Encoding enc):
     return levels
 
 
-cdef object _digits_for(_Encoding enc, Py_ssize_t rows):
-    """The digit levels for a request of ``rows`` consecutive positions, or None
-    when it is too small: a (levels, radix, 2 n_freq) array with every row made."""
-    cdef double* data
-    if rows < _DIGITS_AT_ONCE or enc.n_freq == 0:
-        return None
-    cdef _Levels levels = _levels_of(enc)
-    if levels is None:  # too large to keep: made for this request alone
-        tables = np.empty((_DIGIT_LEVELS, _DIGIT_RADIX, 2 * enc.n_freq), dtype=np.float64)
-        data = <double*>_address(tables)
-        with nogil:
-            digit_levels(data, _DIGIT_RADIX, _DIGIT_LEVELS, enc.w_hi, enc.w_lo, enc.n_freq)
-        return tables
-    levels.fill_all()
-    return levels.table
-
-
-cdef object _table_levels(_Encoding enc, Py_ssize_t rows, const double** levels):
-    """``_digits_for(enc, rows)``, and its data in ``levels`` (NULL for None).
-
-    The caller keeps the returned array alive while the kernel reads ``levels``.
-    """
-    tables = _digits_for(enc, rows)
-    levels[0] = NULL if tables is None else <const double*>_address(tables)
+cdef object _unkept_levels(_Encoding enc, Py_ssize_t n_levels, const double** levels,
+                           Py_ssize_t* radix, Py_ssize_t* count):
+    """``n_levels`` levels of radix 16 for an encoding too wide to keep them,
+    made for one request."""
+    tables = np.empty((n_levels, 16, 2 * enc.n_freq), dtype=np.float64)
+    cdef double* data = <double*>_address(tables)
+    with nogil:
+        digit_levels(data, 16, n_levels, enc.w_hi, enc.w_lo, enc.n_freq)
+    levels[0], radix[0], count[0] = data, 16, n_levels
     return tables
 
 
-cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssize_t n):
-    """The digit levels for these positions, or None for the direct path.
+cdef object _table_levels(_Encoding enc, Py_ssize_t rows, const double** levels,
+                          Py_ssize_t* radix, Py_ssize_t* n_levels):
+    """The digit levels for a table of ``rows`` consecutive positions, or None
+    when it is too small; their data, radix and count in the pointers (NULL, 0, 0
+    for None). The table kernel reads only the first two levels, so only the rows
+    of those the table's digits use are made. The caller keeps the returned
+    array alive while the kernel reads ``levels``."""
+    levels[0], radix[0], n_levels[0] = NULL, 0, 0
+    if rows < _DIGITS_AT_ONCE or enc.n_freq == 0:
+        return None
+    cdef _Levels kept = _levels_of(enc)
+    if kept is None:
+        return _unkept_levels(enc, 2, levels, radix, n_levels)
+    kept.fill_level(0, rows)
+    kept.fill_level(1, (rows - 1) // kept.radix + 1)
+    levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
+    return kept.table
 
-    Requests of at least _DIGITS_AT_ONCE positions get every row. Smaller ones
-    whose positions are all integers with |p| < radix**levels get the rows of their
-    digits (a single vector: at most 4 rows, made once per encoding), so the
-    kernel takes the same products as for a large request; any other small
-    request takes the direct path. Which path depends on the request alone.
+
+cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssize_t n,
+                                  const double** levels, Py_ssize_t* radix,
+                                  Py_ssize_t* n_levels):
+    """The digit levels for these positions, like _table_levels, or None for the
+    kernel's own path.
+
+    When every position is an integer with |p| < 65536, the rows of their
+    digits, so that each position is the product of its digits' rows whether it
+    comes alone or with others. Encodings too wide to keep levels get them made
+    for requests of at least _DIGITS_AT_ONCE positions, and take the direct path
+    below that. Other requests take the kernel's path, which picks its own digits.
+    Which path depends on the request and the width alone.
     """
-    if n >= _DIGITS_AT_ONCE:
-        return _digits_for(enc, n)
-    cdef Py_ssize_t i, k, d, digit
+    levels[0], radix[0], n_levels[0] = NULL, 0, 0
+    cdef Py_ssize_t i
     cdef double p
     for i in range(n):
         p = positions[i]
         if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
             return None
-    cdef _Levels levels = _levels_of(enc)
-    if levels is None:
+    if enc.n_freq == 0:
         return None
-    for i in range(n):
-        d = <Py_ssize_t>fabs(positions[i])
-        if d == 0:
-            levels.fill(0)
-        for k in range(_DIGIT_LEVELS):
-            digit = d % _DIGIT_RADIX
-            d //= _DIGIT_RADIX
-            if digit:
-                levels.fill(k * _DIGIT_RADIX + digit)
-    return levels.table
+    cdef _Levels kept = _levels_of(enc)
+    if kept is None:
+        if n < _DIGITS_AT_ONCE:
+            return None
+        return _unkept_levels(enc, 4, levels, radix, n_levels)
+    kept.fill_digits(positions, n)
+    levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
+    return kept.table
 
 
 def _cache_snapshot():
@@ -446,7 +510,7 @@ def _cache_snapshot():
 
     ``encodings`` (the cached ``_Encoding`` objects), ``encoding_bytes`` and
     ``encoding_budget``; ``levels`` (encoding key -> digit-level array),
-    ``level_bytes``, ``level_budget``, ``radix`` and ``n_levels``.
+    ``level_bytes`` and ``level_budget``.
     """
     with _cache_lock:
         return {
@@ -456,8 +520,6 @@ def _cache_snapshot():
             "levels": {key: (<_Levels>value).table for key, value in _digit_cache.items()},
             "level_bytes": _digit_bytes,
             "level_budget": _DIGIT_BUDGET,
-            "radix": _DIGIT_RADIX,
-            "n_levels": _DIGIT_LEVELS,
         }
 
 
@@ -492,20 +554,21 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
 
     A single integer position with |p| < 65536 is the product of the level rows
     of its digits (_digits_for_positions). The first such request of an
-    encoding makes just those rows (at most 4), in memory freed afterwards, and
+    encoding makes just those rows (at most 2 or 4), in memory freed afterwards, and
     multiplies them as the kernel would: the same bits, without the cost of a
     cache entry that a one-off call would not use. The next request makes it.
     Returns False when the request is not such a first one.
     """
     cdef Py_ssize_t n_freq = enc.n_freq, row_doubles = 2 * enc.n_freq
     cdef Py_ssize_t k, d, _, top = 0, count = 0, magnitude
+    cdef Py_ssize_t radix = _digit_radix(n_freq), n_levels = _digit_count(radix)
     cdef Py_ssize_t digits[4]
     cdef int status
     cdef const double* chain[4]
     cdef double q
     if (cpe_flag_get(&enc.levels_wanted) or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
             or <double>(<Py_ssize_t>p) != p
-            or _DIGIT_LEVELS * _DIGIT_RADIX * row_doubles * 8 > _DIGIT_BUDGET // 2
+            or _level_bytes(n_freq) > _DIGIT_BUDGET // 2
             or enc.key in _digit_cache):
         return False
     # The kernel's own range check (it raises there); the digit rows are then finite.
@@ -513,12 +576,12 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
         return False
     cpe_flag_set(&enc.levels_wanted)
     magnitude = <Py_ssize_t>fabs(p)
-    for k in range(_DIGIT_LEVELS):
-        digits[k] = magnitude % _DIGIT_RADIX
-        magnitude //= _DIGIT_RADIX
+    for k in range(n_levels):
+        digits[k] = magnitude % radix
+        magnitude //= radix
         if digits[k]:
             top = k
-    scratch = np.empty((_DIGIT_LEVELS, row_doubles), dtype=np.float64)
+    scratch = np.empty((n_levels, row_doubles), dtype=np.float64)
     cdef double* rows = <double*>_address(scratch)
     for k in range(top, -1, -1):
         d = digits[k]
@@ -526,7 +589,7 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
             # The row (k, d) exactly as _Levels.fill makes it.
             q = <double>d
             for _ in range(k):
-                q *= _DIGIT_RADIX
+                q *= radix
             _raise_for(sincos_row(rows + count * row_doubles, q, enc.w_hi, enc.w_lo, n_freq))
             chain[count] = rows + count * row_doubles
             count += 1
@@ -547,24 +610,23 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     cdef char* data = _address(target)
     if n == 1 and _single_from_scratch(data, single, positions[0], enc):
         return 0
-    tables = _digits_for_positions(enc, positions, n)
-    cdef const double* levels = NULL
-    if tables is not None:
-        levels = <const double*>_address(tables)
+    cdef const double* levels
+    cdef Py_ssize_t radix, n_levels
+    # alive while the kernel reads levels
+    _levels_owner = _digits_for_positions(enc, positions, n, &levels, &radix, &n_levels)
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _positions_kernel(data, single, positions, n, enc, levels)
+        status = _positions_kernel(data, single, positions, n, enc, levels, radix, n_levels)
     else:
         with nogil:
-            status = _positions_kernel(data, single, positions, n, enc, levels)
+            status = _positions_kernel(data, single, positions, n, enc, levels, radix,
+                                       n_levels)
     return _raise_for(status)
 
 
 cdef inline int _positions_kernel(char* data, bint single, const double* positions,
-                                  Py_ssize_t n, _Encoding enc,
-                                  const double* levels) noexcept nogil:
-    cdef Py_ssize_t radix = 0 if levels == NULL else _DIGIT_RADIX
-    cdef Py_ssize_t n_levels = 0 if levels == NULL else _DIGIT_LEVELS
+                                  Py_ssize_t n, _Encoding enc, const double* levels,
+                                  Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     if single:
         return fill_positions_levels_f32(<float*>data, positions, n, enc.width, enc.w_hi,
                                          enc.w_lo, enc.n_freq, enc.layout, levels, radix,
@@ -579,9 +641,9 @@ cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
         return 0
     cdef char* data = _address(target)
     cdef const double* levels
-    _levels_owner = _table_levels(enc, n, &levels)  # alive while the kernel reads levels
-    cdef Py_ssize_t radix = _DIGIT_RADIX if levels != NULL else 0
-    cdef Py_ssize_t n_levels = _DIGIT_LEVELS if levels != NULL else 0
+    cdef Py_ssize_t radix, n_levels
+    # alive while the kernel reads levels
+    _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
     cdef int status
     with nogil:
         if single:
@@ -651,7 +713,11 @@ cdef object _single_shortcut(position, D, base, dtype, scale):
     b, s = base, scale
     if not (b > 0.0 and isfinite(b) and isfinite(s)):
         return None
-    cdef _Encoding enc = _encoding(width, b, s, None, None, None, True)
+    # The paper's encoding with the default base and scale is keyed by the width:
+    # D itself, an int, is that key (no new int object for the lookup).
+    cached = _cache.get(D) if b == 10000.0 and s == 1.0 else None
+    cdef _Encoding enc = (<_Encoding>cached if cached is not None
+                          else _encoding(width, b, s, None, None, None, True))
     cdef cnp.npy_intp shape = width
     cdef cnp.ndarray result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
     pd = <double>p
@@ -873,9 +939,9 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
     if n == 0:
         return
     cdef const double* levels
-    _levels_owner = _table_levels(enc, n, &levels)  # alive while the kernel reads levels
-    cdef Py_ssize_t radix = _DIGIT_RADIX if levels != NULL else 0
-    cdef Py_ssize_t n_levels = _DIGIT_LEVELS if levels != NULL else 0
+    cdef Py_ssize_t radix, n_levels
+    # alive while the kernel reads levels
+    _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
     cdef double first = float(start)
     cdef char* cos_data = _address(cos)
     cdef char* sin_data = _address(sin)

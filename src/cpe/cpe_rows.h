@@ -397,6 +397,43 @@ CPE_MULTIVERSION(cpe_chain_blocked_float,
                   Py_ssize_t n_pairs, Py_ssize_t n_freq),
                  (sines, cosines, rows, count, n_pairs, n_freq))
 
+/* ---- copies: the row of a single pair row (a position with one digit) ----
+ * Only conversions, so every copy gives the same bits. */
+#define CPE_PAIR_COPIES(T)                                                              \
+    CPE_ALWAYS_INLINE void cpe_copy_interleaved_##T##_impl(                             \
+            T *CPE_RESTRICT row, const double *CPE_RESTRICT a, Py_ssize_t n_pairs,      \
+            Py_ssize_t n_freq) {                                                        \
+        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
+            row[2 * j] = (T)a[j];                                                       \
+            row[2 * j + 1] = (T)a[n_freq + j];                                          \
+        }                                                                               \
+    }                                                                                   \
+    CPE_ALWAYS_INLINE void cpe_copy_blocked_##T##_impl(                                 \
+            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *CPE_RESTRICT a, \
+            Py_ssize_t n_pairs, Py_ssize_t n_freq) {                                    \
+        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
+            sines[j] = (T)a[j];                                                         \
+            cosines[j] = (T)a[n_freq + j];                                              \
+        }                                                                               \
+    }
+CPE_PAIR_COPIES(double)
+CPE_PAIR_COPIES(float)
+
+CPE_MULTIVERSION(cpe_copy_interleaved_double,
+                 (double *row, const double *a, Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (row, a, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_copy_interleaved_float,
+                 (float *row, const double *a, Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (row, a, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_copy_blocked_double,
+                 (double *sines, double *cosines, const double *a, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (sines, cosines, a, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_copy_blocked_float,
+                 (float *sines, float *cosines, const double *a, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (sines, cosines, a, n_pairs, n_freq))
+
 /* ---- streaming (non-temporal) stores of interleaved rows ----
  * Large outputs are written without first reading every cache line, which is
  * what limits the plain loops. SSE2 is part of every x86-64 CPU; the AVX2 and

@@ -52,6 +52,14 @@ cdef extern from "cpe_rows.h":
                                   Py_ssize_t n_freq) noexcept nogil
     void cpe_chain_blocked_float(float* sines, float* cosines, const double* const* rows,
                                  int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_copy_interleaved_double(double* row, const double* a, Py_ssize_t n_pairs,
+                                     Py_ssize_t n_freq) noexcept nogil
+    void cpe_copy_interleaved_float(float* row, const double* a, Py_ssize_t n_pairs,
+                                    Py_ssize_t n_freq) noexcept nogil
+    void cpe_copy_blocked_double(double* sines, double* cosines, const double* a,
+                                 Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_copy_blocked_float(float* sines, float* cosines, const double* a,
+                                Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -330,11 +338,19 @@ cdef inline void _store_chain(floating* row, const double** chain, int count,
 cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
                               Py_ssize_t width) noexcept nogil:
     cdef Py_ssize_t j, n_freq = c.n_sin
-    for j in range(c.n_cos):
-        row[c.sin_at + j * c.sin_step] = <floating>a[j]
-        row[c.cos_at + j * c.cos_step] = <floating>a[n_freq + j]
+    cdef floating* sines = row + c.sin_at
+    if c.sin_step == 2:
+        if floating is double:
+            cpe_copy_interleaved_double(row, a, c.n_cos, n_freq)
+        else:
+            cpe_copy_interleaved_float(row, a, c.n_cos, n_freq)
+    elif c.n_cos:
+        if floating is double:
+            cpe_copy_blocked_double(sines, row + c.cos_at, a, c.n_cos, n_freq)
+        else:
+            cpe_copy_blocked_float(sines, row + c.cos_at, a, c.n_cos, n_freq)
     for j in range(c.n_cos, c.n_sin):
-        row[c.sin_at + j * c.sin_step] = <floating>a[j]
+        sines[j * c.sin_step] = <floating>a[j]
     for j in range(c.zero_from, width):
         row[j] = 0
 
