@@ -349,6 +349,7 @@ cdef class _Levels:
     cdef double* data
     cdef readonly Py_ssize_t radix
     cdef readonly Py_ssize_t n_levels
+    cdef int shift          # log2(radix)
     cdef char filled[512]   # _MAX_LEVEL_ROWS
     cdef _Encoding enc
 
@@ -392,11 +393,11 @@ cdef class _Levels:
                 self.fill(0)
             k = 0
             while d:
-                index = k * self.radix + d % self.radix
-                if index % self.radix and not seen[index]:
+                index = k * self.radix + (d & (self.radix - 1))
+                if index & (self.radix - 1) and not seen[index]:
                     seen[index] = 1
                     self.fill(index)
-                d //= self.radix
+                d >>= self.shift
                 k += 1
         return 0
 
@@ -404,10 +405,12 @@ cdef class _Levels:
         cdef Py_ssize_t k
         if d == 0:
             return self.fill(0)
-        for k in range(self.n_levels):
-            if d % self.radix:
-                self.fill(k * self.radix + d % self.radix)
-            d //= self.radix
+        k = 0
+        while d:
+            if d & (self.radix - 1):
+                self.fill(k * self.radix + (d & (self.radix - 1)))
+            d >>= self.shift
+            k += 1
         return 0
 
 
@@ -428,6 +431,7 @@ cdef _Levels _levels_of(_Encoding enc):
     levels.enc = enc
     levels.radix = _digit_radix(enc.n_freq)
     levels.n_levels = _digit_count(levels.radix)
+    levels.shift = 8 if levels.radix == 256 else 4
     levels.table = np.empty((levels.n_levels, levels.radix, 2 * enc.n_freq), dtype=np.float64)
     levels.data = <double*>_address(levels.table)
     levels.table.flags.writeable = False

@@ -484,17 +484,24 @@ cdef inline void _store_rows(floating* row, const double** chain, Py_ssize_t cou
 
 
 cdef inline Py_ssize_t _digit_chain(const double** chain, Py_ssize_t d, const double* levels,
-                                    Py_ssize_t radix, Py_ssize_t n_levels,
+                                    Py_ssize_t radix, int shift, Py_ssize_t n_levels,
                                     Py_ssize_t row_doubles) noexcept nogil:
     """The level rows of the digits of d >= 0, highest first, skipping zero digits
-    (the identity) except for d = 0; returns how many."""
+    (the identity) except for d = 0; returns how many. ``shift`` is log2(radix)
+    when radix is a power of two (a shift, not a division, per digit), else -1."""
     cdef Py_ssize_t digits[64]
     cdef Py_ssize_t k, top = 0, count = 0
     for k in range(n_levels):
-        digits[k] = d % radix
-        d //= radix
+        if shift >= 0:
+            digits[k] = d & (radix - 1)
+            d >>= shift
+        else:
+            digits[k] = d % radix
+            d //= radix
         if digits[k]:
             top = k
+        if d == 0:  # the digits above are zero
+            break
     for k in range(top, -1, -1):
         if digits[k] or k == top:
             chain[count] = levels + row_doubles * (k * radix + digits[k])
@@ -520,9 +527,14 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
             return CPE_ERR_NOMEM
     cdef const double* chain[64]
     cdef Py_ssize_t i, count, negated = 0
+    cdef int shift = 0
+    while shift < 62 and (<Py_ssize_t>1) << shift < radix:
+        shift += 1
+    if (<Py_ssize_t>1) << shift != radix:
+        shift = -1
     for i in range(n_positions):
-        count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, n_levels,
-                             row_doubles)
+        count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, shift,
+                             n_levels, row_doubles)
         _store_rows(out + i * width, chain, count, c, width, stream, buffers)
         negated += positions[i] < 0
     free(buffers)
