@@ -28,6 +28,11 @@ BIG_REQUESTS = {
     "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
     "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
     "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
+    # Rows of one digit (p < 256, multiples of 256) among rows of two (D <= 128).
+    "ids f64, one and two digits": "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64)",
+    "ids f32, one and two digits": (
+        "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32)"
+    ),
 }
 
 SCRIPT = """
@@ -87,7 +92,9 @@ def test_big_outputs_meet_the_bounds(name, report_error):
     array = eval(BIG_REQUESTS[name], {"cpe": cpe, "np": np})
     rng = np.random.default_rng(len(name))
     D = array.shape[-1]
-    if name.startswith("ids"):
+    if "digits" in name:
+        positions = np.arange(40000) * 7 % 600
+    elif name.startswith("ids"):
         positions = np.arange(10**6 - 2100, 10**6)[::-1]
     else:
         positions = np.arange(array.shape[0]) + (

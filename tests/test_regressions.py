@@ -6,6 +6,8 @@ replaced it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
 import warnings
 
@@ -197,3 +199,39 @@ def test_an_overflowing_single_position_is_refused_on_the_first_call_too():
     for _ in range(2):
         with pytest.raises(ValueError, match="overflows"):
             cpe.positional_encoding(17, 2, scale=1.1e307)
+
+
+RACING_POSITIONS = """
+import gc, sys
+import numpy as np
+import cpe
+positions = np.arange(70.0)  # integers below 65536: the digit-level path
+cpe.positional_encoding_table(2, 8, base=4321.0)  # the encoding is cached, its levels not
+calls = [0]
+class Finalizer:  # stands for another thread writing the positions during the call
+    def __init__(self):
+        self.cycle = self
+    def __del__(self):
+        calls[0] += 1
+        if calls[0] == int(sys.argv[1]):
+            positions[:] = 6 * 65536.0 + 257.0  # digits beyond the levels
+        else:
+            Finalizer()
+Finalizer()
+gc.set_threshold(1)
+cpe.positional_encoding(positions, 8, base=4321.0)
+"""
+
+
+def test_positions_changed_during_a_call_never_crash():
+    # The digit rows to make were read from the positions a second time, after an
+    # allocation that can run other code: positions changed in between wrote past
+    # the level table (segfault). They are now read once, in one pass.
+    for when in range(1, 11):
+        result = subprocess.run(
+            [sys.executable, "-c", RACING_POSITIONS, str(when)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, (when, result.stderr[-2000:])

@@ -62,15 +62,16 @@ cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 # Digit levels (see kernels.pxd) kept between calls, at most _DIGIT_BUDGET bytes
 # in all and half of it per encoding. An integer position 0 <= p < 65536 is
 # written with n_levels digits in base radix, and its pair row is the product of
-# one level row per non-zero digit. Narrow encodings (D <= 128) get two levels of
-# 256 rows: one product per position, from at most 512 KiB of rows, which stay
-# in a 1 MiB L2 cache. Wider ones get four levels of 16 rows (up to three
-# products): two levels of 256 rows would be read from L3 and were slower at
-# D = 512. Either way no position in [0, 65536) calls the sine/cosine row loop,
-# and a table calls it once per radix**2 rows. Rows are made when a request
-# first needs them (see _Levels). Which path a request takes depends on the
-# request and the width alone, never on what the cache holds, and a row is the
-# same whoever made it, so the same call always gives the same bits.
+# one level row per non-zero digit. Encodings of at most 64 frequencies (D <= 128
+# in the paper's layout) get two levels of 256 rows: one product per position,
+# from at most 512 KiB of rows, which stay in a 1 MiB L2 cache. Wider ones get
+# four levels of 16 rows (up to three products): two levels of 256 rows would be
+# read from L3 and were slower at D = 512. Either way no position in [0, 65536)
+# calls the sine/cosine row loop, and a table calls it once per radix**2 rows.
+# Rows are made when a request first needs them (see _Levels). Which path a
+# request takes depends on the request and the width alone, never on what the
+# cache holds, and a row is the same whoever made it, so the same call always
+# gives the same bits.
 cdef double _DIGIT_LIMIT = 65536.0  # radix ** n_levels for both shapes
 cdef Py_ssize_t _DIGIT_BUDGET = 4 * 1024 * 1024
 cdef Py_ssize_t _DIGITS_AT_ONCE = 64
@@ -379,39 +380,49 @@ cdef class _Levels:
             self.fill(k * self.radix + d)
         return 0
 
-    cdef int fill_digits(self, const double* positions, Py_ssize_t n) except -1:
-        """Make the rows of the digits of the integers |positions| < 65536."""
-        cdef Py_ssize_t i, k, d, index
-        if n == 1:  # a single vector: no bookkeeping
-            return self.fill_index_digits(<Py_ssize_t>fabs(positions[0]))
-        cdef char seen[512]   # _MAX_LEVEL_ROWS
-        memset(seen, 0, sizeof(seen))
-        for i in range(n):
-            d = <Py_ssize_t>fabs(positions[i])
-            if d == 0 and not seen[0]:  # 0 is the row of digit 0
-                seen[0] = 1
-                self.fill(0)
-            k = 0
-            while d:
-                index = k * self.radix + (d & (self.radix - 1))
-                if index & (self.radix - 1) and not seen[index]:
-                    seen[index] = 1
-                    self.fill(index)
-                d >>= self.shift
-                k += 1
-        return 0
-
     cdef inline int fill_index_digits(self, Py_ssize_t d) except -1:
+        """Make the rows of the digits of 0 <= d < 65536."""
         cdef Py_ssize_t k
         if d == 0:
             return self.fill(0)
-        k = 0
-        while d:
+        for k in range(self.n_levels):
+            if d == 0:
+                break
             if d & (self.radix - 1):
                 self.fill(k * self.radix + (d & (self.radix - 1)))
             d >>= self.shift
-            k += 1
         return 0
+
+
+cdef Py_ssize_t _mark_digits(const double* positions, Py_ssize_t n, Py_ssize_t radix, int shift,
+                             Py_ssize_t n_levels, char* marked,
+                             Py_ssize_t* rows) noexcept nogil:
+    """The level rows (k * radix + d) of the digits of the positions, each once, in
+    ``rows``; returns how many, or -1 if a position is not an integer with
+    |p| < 65536. ``marked`` (radix * n_levels chars) starts all zero."""
+    cdef Py_ssize_t i, k, d, index, count = 0
+    cdef double p
+    for i in range(n):
+        p = positions[i]
+        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
+            return -1
+        d = <Py_ssize_t>fabs(p)
+        index = 0  # 0 is the row of digit 0 of level 0
+        for k in range(n_levels):
+            if d & (radix - 1):
+                index = k * radix + (d & (radix - 1))
+                if not marked[index]:
+                    marked[index] = 1
+                    rows[count] = index
+                    count += 1
+            d >>= shift
+            if d == 0:
+                break
+        if index == 0 and not marked[0]:
+            marked[0] = 1
+            rows[count] = 0
+            count += 1
+    return count
 
 
 cdef dict _digit_cache = {}
@@ -491,20 +502,37 @@ cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssi
     Which path depends on the request and the width alone.
     """
     levels[0], radix[0], n_levels[0] = NULL, 0, 0
-    cdef Py_ssize_t i
-    cdef double p
-    for i in range(n):
-        p = positions[i]
-        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
-            return None
     if enc.n_freq == 0:
         return None
+    cdef Py_ssize_t r = _digit_radix(enc.n_freq), i, count
+    cdef double p
+    cdef char marked[512]   # _MAX_LEVEL_ROWS
+    cdef Py_ssize_t rows[512]
+    if n == 1:  # a single vector: no bookkeeping
+        p = positions[0]
+        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
+            return None
+        count = 0
+    else:
+        memset(marked, 0, sizeof(marked))
+        if n < _NOGIL_VALUES:
+            count = _mark_digits(positions, n, r, 8 if r == 256 else 4, _digit_count(r),
+                                 marked, rows)
+        else:
+            with nogil:
+                count = _mark_digits(positions, n, r, 8 if r == 256 else 4, _digit_count(r),
+                                     marked, rows)
+        if count < 0:
+            return None
     cdef _Levels kept = _levels_of(enc)
     if kept is None:
         if n < _DIGITS_AT_ONCE:
             return None
         return _unkept_levels(enc, 4, levels, radix, n_levels)
-    kept.fill_digits(positions, n)
+    if n == 1:
+        kept.fill_index_digits(<Py_ssize_t>fabs(p))
+    for i in range(count):
+        kept.fill(rows[i])
     levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
     return kept.table
 

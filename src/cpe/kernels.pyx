@@ -460,11 +460,17 @@ cdef inline void _store_rows(floating* row, const double** chain, Py_ssize_t cou
                              double* buffers) noexcept nogil:
     """The row whose angles are those of chain[0] + chain[1] + ... (pair rows),
     multiplied in that order: up to four in registers (_store_chain), longer
-    chains and streamed rows through the two row ``buffers``."""
+    chains and streamed rows through the two row ``buffers``. Streamed rows of a
+    single pair row are its product with the third buffer, the identity row
+    (sin, cos) = (0, 1), which gives its values exactly: a cache line written
+    partly with ordinary stores and partly with streaming ones is slow."""
     cdef Py_ssize_t r, n_freq = c.n_sin
     cdef const double* four[4]
     cdef const double* acc
     cdef double* spare
+    if count == 1 and stream:
+        _store_product(row, chain[0], buffers + 4 * n_freq, c, width, stream)
+        return
     if count == 1:
         _store_pairs(row, chain[0], c, width)
         return
@@ -521,12 +527,16 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef bint stream = _streaming(n_positions, width, sizeof(floating))
     cdef double* buffers = NULL
+    cdef Py_ssize_t i, count, negated = 0
     if stream or n_levels > 4:
-        buffers = <double*>malloc(sizeof(double) * 2 * row_doubles)
+        # Two rows for partial products, then the identity row (see _store_rows).
+        buffers = <double*>malloc(sizeof(double) * 3 * row_doubles)
         if buffers == NULL:
             return CPE_ERR_NOMEM
+        for i in range(n_freq):
+            buffers[2 * row_doubles + i] = 0.0
+            buffers[2 * row_doubles + n_freq + i] = 1.0
     cdef const double* chain[64]
-    cdef Py_ssize_t i, count, negated = 0
     cdef int shift = 0
     while shift < 62 and (<Py_ssize_t>1) << shift < radix:
         shift += 1
