@@ -144,7 +144,9 @@ auditwheel repair --wheel-dir "$work/wheelhouse" "$wheel" > "$work/repair.log" 2
 repaired=$(echo "$work"/wheelhouse/*.whl)
 [[ $(basename "$repaired") == *manylinux_2_*.whl ]] \
     || fail "auditwheel repair produced $(basename "$repaired")"
-if python3 -m zipfile -l "$repaired" | grep -q '\.libs/'; then
+# (grep without -q: quitting early would fail the listing under pipefail, and so
+# the test.)
+if python3 -m zipfile -l "$repaired" | grep '\.libs/' > /dev/null; then
     fail "auditwheel grafted external libraries into the wheel"
 fi
 echo "repaired: $(basename "$repaired")"
@@ -160,7 +162,9 @@ if command -v objdump > /dev/null; then
         | awk '/^[0-9a-f]+ <.*>:$/ {fn = $2} /\tvfn?m(add|sub)/ {print fn}' \
         | sort -u | grep -v '^<cpe_sincos_row_' || true)
     [ -z "$fused" ] || fail "fused multiply-adds outside the row loop: $fused"
-    objdump -t "$work"/fma-check/cpe/kernels.*.so | grep -q cpe_sincos_row_avx2 \
+    # Through a file: with pipefail, grep -q quitting early fails objdump (SIGPIPE).
+    objdump -t "$work"/fma-check/cpe/kernels.*.so > "$work/fma-check/symbols.txt"
+    grep -q cpe_sincos_row_avx2 "$work/fma-check/symbols.txt" \
         || fail "no symbol table to check (stripped?)"
     echo "only in cpe_sincos_row_*"
 else
