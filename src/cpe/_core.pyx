@@ -87,6 +87,10 @@ cdef inline Py_ssize_t _digit_count(Py_ssize_t radix) noexcept nogil:
     return 2 if radix == 256 else 4
 
 
+cdef inline int _digit_shift(Py_ssize_t radix) noexcept nogil:
+    return 8 if radix == 256 else 4  # log2(radix)
+
+
 cdef inline Py_ssize_t _level_bytes(Py_ssize_t n_freq) noexcept nogil:
     cdef Py_ssize_t radix = _digit_radix(n_freq)
     return _digit_count(radix) * radix * 16 * n_freq
@@ -350,7 +354,6 @@ cdef class _Levels:
     cdef double* data
     cdef readonly Py_ssize_t radix
     cdef readonly Py_ssize_t n_levels
-    cdef int shift          # log2(radix)
     cdef char filled[512]   # _MAX_LEVEL_ROWS
     cdef _Encoding enc
 
@@ -380,26 +383,14 @@ cdef class _Levels:
             self.fill(k * self.radix + d)
         return 0
 
-    cdef inline int fill_index_digits(self, Py_ssize_t d) except -1:
-        """Make the rows of the digits of 0 <= d < 65536."""
-        cdef Py_ssize_t k
-        if d == 0:
-            return self.fill(0)
-        for k in range(self.n_levels):
-            if d == 0:
-                break
-            if d & (self.radix - 1):
-                self.fill(k * self.radix + (d & (self.radix - 1)))
-            d >>= self.shift
-        return 0
-
 
 cdef Py_ssize_t _mark_digits(const double* positions, Py_ssize_t n, Py_ssize_t radix, int shift,
                              Py_ssize_t n_levels, char* marked,
                              Py_ssize_t* rows) noexcept nogil:
     """The level rows (k * radix + d) of the digits of the positions, each once, in
     ``rows``; returns how many, or -1 if a position is not an integer with
-    |p| < 65536. ``marked`` (radix * n_levels chars) starts all zero."""
+    |p| < 65536. ``marked`` (radix * n_levels chars) starts all zero; it may be
+    NULL for one position, whose digits are distinct rows anyway."""
     cdef Py_ssize_t i, k, d, index, count = 0
     cdef double p
     for i in range(n):
@@ -411,15 +402,17 @@ cdef Py_ssize_t _mark_digits(const double* positions, Py_ssize_t n, Py_ssize_t r
         for k in range(n_levels):
             if d & (radix - 1):
                 index = k * radix + (d & (radix - 1))
-                if not marked[index]:
-                    marked[index] = 1
+                if marked == NULL or not marked[index]:
+                    if marked != NULL:
+                        marked[index] = 1
                     rows[count] = index
                     count += 1
             d >>= shift
             if d == 0:
                 break
-        if index == 0 and not marked[0]:
-            marked[0] = 1
+        if index == 0 and (marked == NULL or not marked[0]):
+            if marked != NULL:
+                marked[0] = 1
             rows[count] = 0
             count += 1
     return count
@@ -442,7 +435,6 @@ cdef _Levels _levels_of(_Encoding enc):
     levels.enc = enc
     levels.radix = _digit_radix(enc.n_freq)
     levels.n_levels = _digit_count(levels.radix)
-    levels.shift = 8 if levels.radix == 256 else 4
     levels.table = np.empty((levels.n_levels, levels.radix, 2 * enc.n_freq), dtype=np.float64)
     levels.data = <double*>_address(levels.table)
     levels.table.flags.writeable = False
@@ -505,32 +497,25 @@ cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssi
     if enc.n_freq == 0:
         return None
     cdef Py_ssize_t r = _digit_radix(enc.n_freq), i, count
-    cdef double p
     cdef char marked[512]   # _MAX_LEVEL_ROWS
     cdef Py_ssize_t rows[512]
     if n == 1:  # a single vector: no bookkeeping
-        p = positions[0]
-        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
-            return None
-        count = 0
+        count = _mark_digits(positions, 1, r, _digit_shift(r), _digit_count(r), NULL, rows)
+    elif n < _NOGIL_VALUES:
+        memset(marked, 0, r * _digit_count(r))
+        count = _mark_digits(positions, n, r, _digit_shift(r), _digit_count(r), marked, rows)
     else:
-        memset(marked, 0, sizeof(marked))
-        if n < _NOGIL_VALUES:
-            count = _mark_digits(positions, n, r, 8 if r == 256 else 4, _digit_count(r),
-                                 marked, rows)
-        else:
-            with nogil:
-                count = _mark_digits(positions, n, r, 8 if r == 256 else 4, _digit_count(r),
-                                     marked, rows)
-        if count < 0:
-            return None
+        memset(marked, 0, r * _digit_count(r))
+        with nogil:
+            count = _mark_digits(positions, n, r, _digit_shift(r), _digit_count(r), marked,
+                                 rows)
+    if count < 0:
+        return None
     cdef _Levels kept = _levels_of(enc)
     if kept is None:
         if n < _DIGITS_AT_ONCE:
             return None
         return _unkept_levels(enc, 4, levels, radix, n_levels)
-    if n == 1:
-        kept.fill_index_digits(<Py_ssize_t>fabs(p))
     for i in range(count):
         kept.fill(rows[i])
     levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
