@@ -141,6 +141,11 @@ def test_a_convention_too_wide_for_D_is_named():
             lambda: cpe.sincos_3d(3, 3, 3, 16, temporal_interpolation_scale=1e-308),
             "temporal_interpolation_scale",
         ),
+        # Once named sincos_2d's "interpolation_scale", after writing the time part.
+        (
+            lambda: cpe.sincos_3d(2, 1, 4, 16, spatial_interpolation_scale=1e-308),
+            "h, w and spatial_interpolation_scale",
+        ),
     ],
 )
 def test_grid_coordinates_out_of_range_name_the_scales_without_warning(call, names):
@@ -148,6 +153,20 @@ def test_grid_coordinates_out_of_range_name_the_scales_without_warning(call, nam
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=names):
             call()
+
+
+@pytest.mark.parametrize(
+    "scales",
+    [
+        {"spatial_interpolation_scale": 1e-308},
+        {"temporal_interpolation_scale": 1e-308},
+    ],
+)
+def test_sincos_3d_checks_both_axes_before_writing_out(scales):
+    out = np.full((4, 6, 16), 7.0)
+    with pytest.raises(ValueError, match="interpolation_scale"):
+        cpe.sincos_3d(4, 2, 3, 16, out=out, **scales)
+    np.testing.assert_array_equal(out, 7.0)
 
 
 def test_an_empty_grid_does_not_encode_its_other_side():

@@ -172,19 +172,27 @@ def sincos_2d(
     if not rows or not columns:  # no grid tokens: no axis to encode, however long
         view[:extra] = 0
         return result
-    half = width // 2
     enc_h, enc_w = _axes(
-        rows, columns, (step_h, step_w), half, b, dt, f"grid_h, grid_w and {names}"
+        rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}"
     )
-    enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
     view[:extra] = 0
-    grid = view[extra:].reshape(rows, columns, width)
+    _fill_grid(view[extra:], enc_h, enc_w, layout)
+    return result
+
+
+def _fill_grid(
+    view: npt.NDArray[Any], enc_h: npt.NDArray[Any], enc_w: npt.NDArray[Any], layout: str
+) -> None:
+    """Write the tokens of the grid (C-contiguous ``view``, rows*columns x D) from
+    the encodings of its axes."""
+    rows, columns, width = enc_h.shape[0], enc_w.shape[0], view.shape[-1]
+    grid = view.reshape(rows, columns, width)
+    enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
     # A few grid rows at a time, so that the copies that fill the parts of a
     # token's row meet in the cache rather than each crossing the whole output.
     block = max(1, _BLOCK_BYTES // (columns * width * grid.itemsize))
     for i in range(0, rows, block):
         _fill_grid_rows(grid[i : i + block], enc_h[i : i + block], enc_w, layout)
-    return result
 
 
 # Output bytes filled per block of grid rows (sincos_2d).
@@ -272,16 +280,24 @@ def sincos_3d(
     result = _check_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
 
     time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
-    _step(1.0, None, space_scale, "spatial_interpolation_scale")
+    space_step = _step(1.0, None, space_scale, "spatial_interpolation_scale")
     if not (frames and rows and columns):  # nothing to encode, however long an axis
         return result
-    view = np.asarray(result)  # see sincos_2d
+    # Every axis is encoded (and its coordinates checked) before out is written.
     time_width = width // 4
-    view[..., :time_width] = _axis(
-        frames, time_step, time_width, b, dt, "t and temporal_interpolation_scale"
-    )[:, None, :]
-    space = sincos_2d(
-        rows, columns, width - time_width, base=b, interpolation_scale=space_scale, dtype=dt
+    enc_t = _axis(frames, time_step, time_width, b, dt, "t and temporal_interpolation_scale")
+    enc_h, enc_w = _axes(
+        rows,
+        columns,
+        (space_step, space_step),
+        (width - time_width) // 2,
+        b,
+        dt,
+        "h, w and spatial_interpolation_scale",
     )
+    space = np.empty((rows * columns, width - time_width), dt)
+    _fill_grid(space, enc_h, enc_w, "mae")
+    view = np.asarray(result)  # see sincos_2d
+    view[..., :time_width] = enc_t[:, None, :]
     view[..., time_width:] = space[None, :, :]
     return result
