@@ -160,9 +160,11 @@ def test_single_positions_are_rows_of_large_requests(D, dtype):
     # A single integer position with |p| < 65536 makes just the digit-level rows
     # it needs; a request of 64 positions or more makes all of them. Either way
     # the rows and the products are the same, so the values are the same bits.
-    # (Digit rows: two levels of 256 for D <= 128, four of 16 above; 256, 4096,
-    # 65280 and 61455 leave digits of either kind zero.)
+    # (Digit rows: two levels of 256 for D <= 128, four of 32 up to D = 2048, four
+    # of 16 above; 256, 4096, 65280 and 61455 leave digits of radix 16 or 256
+    # zero, 32, 1024, 31775 and 33792 those of radix 32.)
     singles = [0, 1, 15, 16, 255, 256, 4096, 4097, 12345, 61455, 65280, 65535, -1, -16, -65535]
+    singles += [31, 32, 1024, 31775, 32768, 33792, -1056]
     ids = np.array(singles * 6)
     rows = cpe.positional_encoding(ids, D, dtype=dtype)
     for p, row in zip(singles, rows, strict=False):
@@ -194,11 +196,18 @@ def test_first_single_position_of_an_encoding_gives_the_cached_bits(dtype):
             np.testing.assert_array_equal(first, many[0])
 
 
-# Digits that leave others zero, in both shapes of digit levels (see cpe._core).
+# Digits that leave others zero, in every shape of digit levels (see cpe._core):
+# radix 256 and 16, then radix 32.
 SPARSE_DIGITS = [0, 1, 256, 4096, 4097, 3840, 61455, 65280, 65535, -257]
+SPARSE_DIGITS += [32, 1024, 31775, 32800, 33792, -1056]
 
 
-@pytest.mark.parametrize("D", [6, 64, 130, 512])
+def sampled_columns(D: int) -> range:
+    """All columns of narrow encodings; every 7th (both kinds) of wide ones."""
+    return range(D) if D <= 600 else range(0, D, 7)
+
+
+@pytest.mark.parametrize("D", [6, 64, 130, 512, 2050])
 def test_an_array_makes_the_level_rows_of_every_digit_it_uses(D, report_error):
     # A new encoding (new base): its first request is an array, so every digit
     # row it reads is made by that request, not left over from earlier calls.
@@ -206,18 +215,21 @@ def test_an_array_makes_the_level_rows_of_every_digit_it_uses(D, report_error):
     ids = np.array(SPARSE_DIGITS * 7)
     rows = cpe.positional_encoding(ids, D, base=base)
     for p, row in zip(SPARSE_DIGITS, rows, strict=False):
-        for k in range(D):
+        for k in sampled_columns(D):
             report_error("float64, arrays of sparse digits", error(row[k], p, D, k, base), 1e-15)
 
 
-@pytest.mark.parametrize(("n", "D"), [(64, 8), (300, 64), (70_000, 6), (5000, 130)])
+@pytest.mark.parametrize(
+    ("n", "D"), [(64, 8), (300, 64), (70_000, 6), (5000, 130), (2000, 1030), (700, 2050)]
+)
 def test_tables_make_the_level_rows_they_read(n, D, report_error):
     # A new encoding per table: the table kernel reads the first two digit levels
-    # (radix 256 for D <= 128, 16 above), made for this table alone.
+    # (radix 256 for D <= 128, 32 up to D = 2048, 16 above), made for this table
+    # alone.
     base = 20000.0 + n + D
     table = cpe.positional_encoding_table(n, D, base=base)
     rng = np.random.default_rng(n)
     for i in [0, n - 1, *rng.integers(0, n, 40).tolist()]:
-        for k in range(D):
+        for k in sampled_columns(D):
             value = error(table[i, k], i, D, k, base)
             report_error("float64, tables from new levels", value, 1e-15)

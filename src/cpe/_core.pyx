@@ -62,25 +62,33 @@ cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 # Digit levels (see kernels.pxd) kept between calls, at most _DIGIT_BUDGET bytes
 # in all and half of it per encoding. An integer position 0 <= p < 65536 is
 # written with n_levels digits in base radix, and its pair row is the product of
-# one level row per non-zero digit. Encodings of at most 64 frequencies (D <= 128
-# in the paper's layout) get two levels of 256 rows: one product per position,
-# from at most 512 KiB of rows, which stay in a 1 MiB L2 cache. Wider ones get
-# four levels of 16 rows (up to three products): two levels of 256 rows would be
-# read from L3 and were slower at D = 512. Either way no position in [0, 65536)
-# calls the sine/cosine row loop, and a table calls it once per radix**2 rows.
-# Rows are made when a request first needs them (see _Levels). Which path a
-# request takes depends on the request and the width alone, never on what the
-# cache holds, and a row is the same whoever made it, so the same call always
-# gives the same bits.
-cdef double _DIGIT_LIMIT = 65536.0  # radix ** n_levels for both shapes
+# one level row per non-zero digit. The shape depends on the number of frequencies:
+#   - up to 64 (D <= 128 in the paper's layout): two levels of 256 rows, one
+#     product per position, from at most 512 KiB of rows (they stay in a 1 MiB L2
+#     cache);
+#   - up to 1024 (D <= 2048): four levels of 32 rows, two products for p < 32768.
+#     A position below 8192 reads 72 distinct rows (288 KiB at D = 512), and
+#     single vectors were 10-15% faster than with 16 rows at D = 512 to 2048;
+#   - wider: four levels of 16 rows (up to three products), which fit the budget.
+# Fewer, larger levels (two of 256 rows or three of 64 at D = 512) were tried:
+# their rows no longer stayed in L2 and calls became erratic (up to 4x slower in
+# some processes). Either way no position in [0, 65536) calls the sine/cosine row
+# loop, and a table calls it once per radix**2 rows. Rows are made when a request
+# first needs them (see _Levels). Which path a request takes depends on the
+# request and the width alone, never on what the cache holds, and a row is the
+# same whoever made it, so the same call always gives the same bits.
+cdef double _DIGIT_LIMIT = 65536.0  # at most radix ** n_levels for every shape
 cdef Py_ssize_t _DIGIT_BUDGET = 4 * 1024 * 1024
 cdef Py_ssize_t _DIGITS_AT_ONCE = 64
-cdef Py_ssize_t _MAX_LEVEL_ROWS = 512  # the most rows of either shape
+cdef Py_ssize_t _MAX_LEVEL_ROWS = 512  # the most rows of any shape
 
 
 cdef inline Py_ssize_t _digit_radix(Py_ssize_t n_freq) noexcept nogil:
-    """256 for two levels of 256 rows (up to 64 frequencies), else 16 for four of 16."""
-    return 256 if n_freq <= 64 else 16
+    """256 for two levels of 256 rows (up to 64 frequencies), 32 for four levels of
+    32 (up to 1024), else 16 for four of 16."""
+    if n_freq <= 64:
+        return 256
+    return 32 if n_freq <= 1024 else 16
 
 
 cdef inline Py_ssize_t _digit_count(Py_ssize_t radix) noexcept nogil:
@@ -88,7 +96,7 @@ cdef inline Py_ssize_t _digit_count(Py_ssize_t radix) noexcept nogil:
 
 
 cdef inline int _digit_shift(Py_ssize_t radix) noexcept nogil:
-    return 8 if radix == 256 else 4  # log2(radix)
+    return 8 if radix == 256 else (5 if radix == 32 else 4)  # log2(radix)
 
 
 cdef inline Py_ssize_t _level_bytes(Py_ssize_t n_freq) noexcept nogil:
