@@ -28,6 +28,9 @@ BIG_REQUESTS = {
     "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
     "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
     "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
+    # Digit levels too wide to keep, made for the request; then made by the kernel.
+    "table f64, wide": "cpe.positional_encoding_table(480, 4608, start=10**6 - 480)",
+    "table f32, few wide rows": "cpe.positional_encoding_table(63, 66560, dtype=np.float32)",
     # Rows of one digit (p < 256, multiples of 256) among rows of two (D <= 128).
     "ids f64, one and two digits": "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64)",
     "ids f32, one and two digits": (
