@@ -28,9 +28,20 @@ BIG_REQUESTS = {
     "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
     "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
     "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
-    # Digit levels too wide to keep, made for the request; then made by the kernel.
+    # Digit levels too wide to keep, made for the request; then made by the kernel
+    # (63 rows: fewer than a request that uses levels).
     "table f64, wide": "cpe.positional_encoding_table(480, 4608, start=10**6 - 480)",
-    "table f32, few wide rows": "cpe.positional_encoding_table(63, 66560, dtype=np.float32)",
+    "table f32, few wide rows": "cpe.positional_encoding_table(63, 66592, dtype=np.float32)",
+    # Streamed rows read at the output's offset from a cache line (see
+    # _stream_offset): outputs on a line, and 8 bytes past one.
+    "table f64, out= on a cache line": (
+        "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048, out=on_line(2048, 1024,"
+        " np.float64, 0))"
+    ),
+    "table f32, out= 8 bytes past a line": (
+        "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32,"
+        " out=on_line(4096, 1024, np.float32, 8))"
+    ),
     # Rows of one digit (p < 256, multiples of 256) among rows of two (D <= 128).
     "ids f64, one and two digits": "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64)",
     "ids f32, one and two digits": (
@@ -38,15 +49,35 @@ BIG_REQUESTS = {
     ),
 }
 
-SCRIPT = """
-import hashlib, sys
+ON_LINE = """
 import numpy as np
+
+def on_line(n, D, dtype, offset):
+    # An empty (n, D) array that starts offset bytes past a 64-byte boundary.
+    itemsize = np.dtype(dtype).itemsize
+    buffer = np.empty(n * D * itemsize + 128, np.uint8)
+    skip = (-buffer.ctypes.data) % 64 + offset
+    return buffer[skip : skip + n * D * itemsize].view(dtype).reshape(n, D)
+"""
+
+SCRIPT = (
+    ON_LINE
+    + """
+import hashlib, sys
 import cpe
 import cpe.kernels
 for expression in sys.argv[1:]:
     array = eval(expression)
     print(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest())
 """
+)
+
+
+def namespace() -> dict:
+    """What the request expressions may use, in this process."""
+    names = {"cpe": cpe, "np": np}
+    exec(ON_LINE, names)
+    return names
 
 
 SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
@@ -84,7 +115,7 @@ def test_streaming_and_plain_stores_give_the_same_bits():
 def test_in_process_results_match_the_subprocess():
     # Guards against the subprocesses all taking a path this process does not.
     here = [
-        hashlib.sha256(np.ascontiguousarray(eval(e, {"cpe": cpe, "np": np})).tobytes()).hexdigest()
+        hashlib.sha256(np.ascontiguousarray(eval(e, namespace())).tobytes()).hexdigest()
         for e in BIG_REQUESTS.values()
     ]
     assert here == digests()
@@ -92,7 +123,7 @@ def test_in_process_results_match_the_subprocess():
 
 @pytest.mark.parametrize("name", list(BIG_REQUESTS))
 def test_big_outputs_meet_the_bounds(name, report_error):
-    array = eval(BIG_REQUESTS[name], {"cpe": cpe, "np": np})
+    array = eval(BIG_REQUESTS[name], namespace())
     rng = np.random.default_rng(len(name))
     D = array.shape[-1]
     if "digits" in name:
@@ -151,7 +182,7 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
     assert widest_loop == cpe.kernels._row_loop()
     assert widest == avx2 == portable
     here = [
-        hashlib.sha256(np.ascontiguousarray(eval(e, {"cpe": cpe, "np": np})).tobytes()).hexdigest()
+        hashlib.sha256(np.ascontiguousarray(eval(e, namespace())).tobytes()).hexdigest()
         for e in ROW_LOOP_REQUESTS.values()
     ]
     assert here == widest

@@ -470,8 +470,10 @@ cdef inline Py_ssize_t _stream_offset(const void* out, Py_ssize_t width,
     """Where the rows a streamed table reads should start past a cache line, or -1.
 
     The stream loops (cpe_rows.h) first store pairs one at a time until the output
-    row is on a 64-byte line; the rows they read from then start on a line too
-    when they begin this many bytes past one. Only when every output row starts at
+    row is on a boundary of their vector width (64 bytes for AVX-512); the rows
+    they read from then start on a 64-byte line too when they begin this many bytes
+    past one. (The AVX2 and SSE2 loops peel fewer pairs: their float64 reads may
+    start 16 bytes off a 32-byte boundary.) Only when every output row starts at
     the same offset (width * itemsize a multiple of 64).
     """
     if (width * <Py_ssize_t>itemsize) % 64 or (<uintptr_t>out) % (2 * itemsize):
