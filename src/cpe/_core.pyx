@@ -365,6 +365,16 @@ cdef object _aligned_rows(tuple shape):
     return raw[skip:skip + count].reshape(shape)
 
 
+cdef inline double _level_row_position(Py_ssize_t index, Py_ssize_t radix) noexcept nogil:
+    """``d * radix**k`` for level row ``index = k * radix + d``, computed the same
+    way wherever a level row is made (its bits depend on it)."""
+    cdef double p = <double>(index % radix)
+    cdef Py_ssize_t _
+    for _ in range(index // radix):
+        p *= radix
+    return p
+
+
 cdef class _Levels:
     """The digit levels of one encoding, made row by row as requests need them.
 
@@ -383,19 +393,15 @@ cdef class _Levels:
 
     cdef int fill(self, Py_ssize_t index) except -1:
         """Make row ``index`` (``k * radix + d``) unless it is there already."""
-        cdef double p
         cdef Py_ssize_t n_freq = self.enc.n_freq
-        cdef Py_ssize_t _
         if cpe_flag_get(&self.filled[index]):
             return 0
         with _cache_lock:
             if not cpe_flag_get(&self.filled[index]):
-                p = <double>(index % self.radix)
-                for _ in range(index // self.radix):
-                    p *= self.radix
                 # The row digit_levels makes. No range check: a row whose
                 # angles overflow is never read for a position the kernel accepts.
-                _raise_for(sincos_row(self.data + 2 * n_freq * index, p, self.enc.w_hi,
+                _raise_for(sincos_row(self.data + 2 * n_freq * index,
+                                      _level_row_position(index, self.radix), self.enc.w_hi,
                                       self.enc.w_lo, n_freq))
                 cpe_flag_set(&self.filled[index])
         return 0
@@ -521,18 +527,18 @@ cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssi
     if enc.n_freq == 0:
         return None
     cdef Py_ssize_t r = _digit_radix(enc.n_freq), i, count
-    cdef char marked[512]   # _MAX_LEVEL_ROWS
+    cdef int shift = _digit_shift(r)
+    cdef char marked_rows[512]   # _MAX_LEVEL_ROWS
+    cdef char* marked = NULL     # a single vector needs no bookkeeping
     cdef Py_ssize_t rows[512]
-    if n == 1:  # a single vector: no bookkeeping
-        count = _mark_digits(positions, 1, r, _digit_shift(r), _digit_count(r), NULL, rows)
-    elif n < _NOGIL_VALUES:
-        memset(marked, 0, r * _digit_count(r))
-        count = _mark_digits(positions, n, r, _digit_shift(r), _digit_count(r), marked, rows)
+    if n > 1:
+        memset(marked_rows, 0, r * _digit_count(r))
+        marked = marked_rows
+    if n < _NOGIL_VALUES:
+        count = _mark_digits(positions, n, r, shift, _digit_count(r), marked, rows)
     else:
-        memset(marked, 0, r * _digit_count(r))
         with nogil:
-            count = _mark_digits(positions, n, r, _digit_shift(r), _digit_count(r), marked,
-                                 rows)
+            count = _mark_digits(positions, n, r, shift, _digit_count(r), marked, rows)
     if count < 0:
         return None
     cdef _Levels kept = _levels_of(enc)
@@ -601,12 +607,11 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
     Returns False when the request is not such a first one.
     """
     cdef Py_ssize_t n_freq = enc.n_freq, row_doubles = 2 * enc.n_freq
-    cdef Py_ssize_t k, d, _, top = 0, count = 0, magnitude
-    cdef Py_ssize_t radix = _digit_radix(n_freq), n_levels = _digit_count(radix)
-    cdef Py_ssize_t digits[4]
+    cdef Py_ssize_t k, count
+    cdef Py_ssize_t radix = _digit_radix(n_freq)
+    cdef Py_ssize_t indices[4]
     cdef int status
     cdef const double* chain[4]
-    cdef double q
     if (cpe_flag_get(&enc.levels_wanted) or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
             or <double>(<Py_ssize_t>p) != p
             or _level_bytes(n_freq) > _DIGIT_BUDGET // 2
@@ -616,24 +621,18 @@ cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc)
     if not isfinite(fabs(p) * max(fabs(enc.w_hi[0]), fabs(enc.w_hi[n_freq - 1]))):
         return False
     cpe_flag_set(&enc.levels_wanted)
-    magnitude = <Py_ssize_t>fabs(p)
-    for k in range(n_levels):
-        digits[k] = magnitude % radix
-        magnitude //= radix
-        if digits[k]:
-            top = k
-    scratch = np.empty((n_levels, row_doubles), dtype=np.float64)
+    # The level rows of p's digits, lowest level first (p was checked above).
+    count = _mark_digits(&p, 1, radix, _digit_shift(radix), _digit_count(radix), NULL,
+                         indices)
+    scratch = np.empty((count, row_doubles), dtype=np.float64)
     cdef double* rows = <double*>_address(scratch)
-    for k in range(top, -1, -1):
-        d = digits[k]
-        if d or k == top:
-            # The row (k, d) exactly as _Levels.fill makes it.
-            q = <double>d
-            for _ in range(k):
-                q *= radix
-            _raise_for(sincos_row(rows + count * row_doubles, q, enc.w_hi, enc.w_lo, n_freq))
-            chain[count] = rows + count * row_doubles
-            count += 1
+    for k in range(count):
+        # Highest level first, as the kernel multiplies them; each row as
+        # _Levels.fill makes it.
+        _raise_for(sincos_row(rows + k * row_doubles,
+                              _level_row_position(indices[count - 1 - k], radix),
+                              enc.w_hi, enc.w_lo, n_freq))
+        chain[k] = rows + k * row_doubles
     if single:
         status = fill_angle_sum_f32(<float*>data, enc.width, n_freq, enc.layout, chain, count,
                                     p < 0)
