@@ -131,3 +131,58 @@ def test_grid_errors_leave_out_untouched(call, exc, text):
     with pytest.raises(exc, match=text):
         call(out)
     np.testing.assert_array_equal(out, 7.0)
+
+
+def empty_past_line(shape, dtype, offset):
+    """An empty array that starts ``offset`` bytes past a 64-byte boundary."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buffer = np.empty(size + 128, np.uint8)
+    skip = (-buffer.ctypes.data) % 64 + offset
+    return buffer[skip : skip + size].view(dtype).reshape(shape)
+
+
+# Grids of 16 MiB and more are copied with streaming stores when every token row
+# starts on a 16-byte boundary; 8 bytes past one they take the plain copies.
+@pytest.mark.parametrize("offset", [0, 8])
+@pytest.mark.parametrize("layout", ["mae", "timm", "timm_interleaved"])
+def test_big_grids(layout, offset):
+    out = empty_past_line((64 * 64, 1024), np.float64, offset)
+    assert cpe.sincos_2d(64, 64, 1024, layout=layout, out=out) is out
+    if layout == "mae":
+        expected = ref.mae_2d(1024, 64)
+    else:
+        expected = ref.timm_2d((64, 64), 1024, 10000.0, layout == "timm_interleaved")
+    close(out, expected, 64)
+
+
+@pytest.mark.parametrize("offset", [0, 8])
+def test_big_grids_float32_and_3d(offset):
+    out = empty_past_line((64 * 64, 1024), np.float32, offset)  # 16 MiB
+    cpe.sincos_2d(64, 64, 1024, dtype=np.float32, out=out)
+    np.testing.assert_allclose(out, ref.mae_2d(1024, 64), rtol=0, atol=6e-8)
+    out3 = empty_past_line((4, 32 * 32, 1024), np.float64, offset)  # 32 MiB
+    cpe.sincos_3d(4, 32, 32, 1024, out=out3)
+    close(out3, ref.diffusers_3d(1024, (32, 32), 4), 64)
+
+
+@pytest.mark.parametrize(
+    ("rows", "segments"),
+    [
+        (5, [(0, 0, 0, 8)]),  # out has 6 rows, not 2 * 3
+        (6, [(2, 0, 0, 8)]),  # no third source
+        (6, [(0, -8, 0, 8)]),
+        (6, [(0, 8, 0, 16)]),  # past the end of a source row
+        (6, [(1, 0, 24, 16)]),  # past the end of an output row
+        (6, [(0, 2**62, 0, 2**62)]),  # whose sum overflows
+        (6, [(0, 0, 0, 8)] * 9),
+    ],
+)
+def test_tile_rows_rejects_segments_outside_the_rows(rows, segments):
+    # The grids' token copies check their segments (cpe.kernels._tile_rows is
+    # reachable from Python): an error, and nothing written.
+    from cpe.kernels import _tile_rows
+
+    out = np.full((rows, 32), 7, np.uint8)
+    with pytest.raises(ValueError, match=r"rows|segments"):
+        _tile_rows(out, np.zeros((2, 16), np.uint8), np.zeros((3, 16), np.uint8), segments)
+    np.testing.assert_array_equal(out, 7)

@@ -1,7 +1,7 @@
 """Sinusoidal encodings of 2-D and 3-D grids (images, video), from the 1-D kernels.
 
-Each axis is encoded once with the 1-D functions (a few rows), and the output is
-assembled by one broadcast write of every block, so the cost is that of writing
+Each axis is encoded once with the 1-D functions (a few rows), and the tokens are
+copied from those rows (``kernels._tile_rows``), so the cost is that of writing
 the output. All checks happen before anything is written into ``out``.
 """
 
@@ -23,6 +23,7 @@ from cpe._core import (
     positional_encoding,
     positional_encoding_table,
 )
+from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
 
@@ -184,36 +185,38 @@ def _fill_grid(
     view: npt.NDArray[Any], enc_h: npt.NDArray[Any], enc_w: npt.NDArray[Any], layout: str
 ) -> None:
     """Write the tokens of the grid (C-contiguous ``view``, rows*columns x D) from
-    the encodings of its axes."""
-    rows, columns, width = enc_h.shape[0], enc_w.shape[0], view.shape[-1]
-    grid = view.reshape(rows, columns, width)
-    enc_h, enc_w = enc_h[:, None, :], enc_w[None, :, :]
-    # A few grid rows at a time, so that the copies that fill the parts of a
-    # token's row meet in the cache rather than each crossing the whole output.
-    block = max(1, _BLOCK_BYTES // (columns * width * grid.itemsize))
-    for i in range(0, rows, block):
-        _fill_grid_rows(grid[i : i + block], enc_h[i : i + block], enc_w, layout)
-
-
-# Output bytes filled per block of grid rows (sincos_2d).
-_BLOCK_BYTES = 1024 * 1024
-
-
-def _fill_grid_rows(
-    grid: npt.NDArray[Any], enc_h: npt.NDArray[Any], enc_w: npt.NDArray[Any], layout: str
-) -> None:
-    half, quarter = grid.shape[-1] // 2, grid.shape[-1] // 4
-    if layout == "mae":
-        grid[..., :half] = enc_w
-        grid[..., half:] = enc_h
+    the encodings of its axes (``[sin | cos]`` rows of width D/2)."""
+    half, quarter = view.shape[-1] // 2, view.shape[-1] // 4
+    if layout == "mae":  # (source: 0 for enc_h, 1 for enc_w, from, to, length)
+        segments = [(1, 0, 0, half), (0, 0, half, half)]
     elif layout == "timm":
-        grid[..., :quarter] = enc_h[..., :quarter]
-        grid[..., quarter:half] = enc_w[..., :quarter]
-        grid[..., half : half + quarter] = enc_h[..., quarter:]
-        grid[..., half + quarter :] = enc_w[..., quarter:]
+        segments = [
+            (0, 0, 0, quarter),
+            (1, 0, quarter, quarter),
+            (0, quarter, half, quarter),
+            (1, quarter, half + quarter, quarter),
+        ]
     else:
-        grid[..., :half] = enc_h
-        grid[..., half:] = enc_w
+        segments = [(0, 0, 0, half), (1, 0, half, half)]
+    _tile(view, enc_h, enc_w, segments)
+
+
+def _tile(
+    view: npt.NDArray[Any],
+    first: npt.NDArray[Any],
+    second: npt.NDArray[Any],
+    segments: list[tuple[int, int, int, int]],
+) -> None:
+    """Row ``i * len(second) + j`` of ``view`` from rows ``i`` of ``first`` and
+    ``j`` of ``second``; ``segments`` in columns (see ``kernels._tile_rows``)."""
+    size = view.itemsize
+    as_bytes = [(source, a * size, b * size, n * size) for source, a, b, n in segments]
+    _tile_rows(
+        view.view(np.uint8),
+        np.ascontiguousarray(first).view(np.uint8),
+        np.ascontiguousarray(second).view(np.uint8),
+        as_bytes,
+    )
 
 
 def sincos_3d(
@@ -298,6 +301,10 @@ def sincos_3d(
     space = np.empty((rows * columns, width - time_width), dt)
     _fill_grid(space, enc_h, enc_w, "mae")
     view = np.asarray(result)  # see sincos_2d
-    view[..., :time_width] = enc_t[:, None, :]
-    view[..., time_width:] = space[None, :, :]
+    _tile(
+        view.reshape(frames * rows * columns, width),
+        enc_t,
+        space,
+        [(0, 0, 0, time_width), (1, 0, time_width, width - time_width)],
+    )
     return result

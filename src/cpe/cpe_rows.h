@@ -599,6 +599,25 @@ CPE_STREAM_DISPATCH(f64, double)
 CPE_STREAM_DISPATCH(f32, float)
 
 static void cpe_stream_fence(void) { _mm_sfence(); }
+
+/* n bytes from src to dst with non-temporal 16-byte stores. dst and n are
+   multiples of 16 (the caller checks), so that no cache line mixes both kinds
+   of stores. */
+static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
+    size_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + k));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + k + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + k + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + k + 48));
+        _mm_stream_si128((__m128i *)(dst + k), a);
+        _mm_stream_si128((__m128i *)(dst + k + 16), b);
+        _mm_stream_si128((__m128i *)(dst + k + 32), c);
+        _mm_stream_si128((__m128i *)(dst + k + 48), d);
+    }
+    for (; k < n; k += 16)
+        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+}
 #else
 #define CPE_HAVE_STREAM 0
 static void cpe_stream_product_f64(double *row, const double *a, const double *b,
@@ -610,6 +629,7 @@ static void cpe_stream_product_f32(float *row, const double *a, const double *b,
     cpe_store_interleaved_float(row, a, b, n_pairs, n_freq);
 }
 static void cpe_stream_fence(void) {}
+static void cpe_stream_bytes(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
 #endif
 
 #endif /* CPE_ROWS_H */

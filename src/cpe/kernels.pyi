@@ -1,7 +1,9 @@
 # cpe.kernels' API is for Cython (see kernels.pxd). From Python only the capsules
-# of that C API are visible, and _row_loop (which SIMD copy of the loops runs).
+# of that C API are visible, _row_loop (which SIMD copy of the loops runs) and
+# _tile_rows (the grids' token copies).
 from typing import Any, Literal
 
 __pyx_capi__: dict[str, Any]
 
 def _row_loop() -> Literal["avx512", "avx2", "portable"]: ...
+def _tile_rows(out: Any, first: Any, second: Any, segments: Any) -> None: ...
