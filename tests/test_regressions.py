@@ -179,7 +179,8 @@ def test_an_empty_grid_does_not_encode_its_other_side():
     ("call", "names"),
     [
         (lambda: cpe.positional_encoding([], 2**62), "position and D"),
-        (lambda: cpe.rope_cos_sin(0, 2**62), "n and D"),
+        (lambda: cpe.rope_cos_sin(0, 2**62), "n and head_dim"),
+        (lambda: cpe.rope_cos_sin(np.zeros(0), 2**62), r"n \(the positions\) and head_dim"),
         (lambda: cpe.sincos_3d(0, 2**40, 2**40, 16), "t, h, w and D"),
     ],
 )
@@ -254,3 +255,18 @@ def test_positions_changed_during_a_call_never_crash():
             timeout=120,
         )
         assert result.returncode == 0, (when, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64_bit_integer_positions_up_to_2_53_are_exact(dtype):
+    # Integers are checked only when some converted double reaches 2**53: those
+    # at 2**53 pass, those past it do not, whatever their neighbours.
+    edge = np.array([2**53, 3], dtype)
+    np.testing.assert_array_equal(
+        cpe.positional_encoding(edge, 6)[0], cpe.positional_encoding(2**53, 6)
+    )
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        cpe.positional_encoding(np.array([3, 2**53 + 1], dtype), 6)
+    if dtype is np.int64:
+        negative = cpe.positional_encoding(np.array([-(2**53)]), 6)[0]
+        np.testing.assert_array_equal(negative, cpe.positional_encoding(-(2**53), 6))

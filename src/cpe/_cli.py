@@ -27,21 +27,23 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positions(text: str) -> npt.NDArray[np.float64] | int | float:
-    """``"3"`` -> 3, ``"2.5"`` -> 2.5, ``"0,1,7"`` -> an array of positions."""
+def _position(part: str) -> int | float:
+    """``"3"`` -> 3 (exactly, however long), ``"2.5"`` or ``"1e3"`` -> a float."""
     try:
-        values = [float(part) for part in text.split(",")]
+        return int(part)
+    except ValueError:
+        return float(part)
+
+
+def _positions(text: str) -> list[int | float] | int | float:
+    """``"3"`` -> 3, ``"2.5"`` -> 2.5, ``"0,1,7"`` -> a list of positions."""
+    try:
+        values = [_position(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a position or comma-separated positions: {text!r}"
         ) from None
-    if "," in text:
-        return np.array(values)
-    return (
-        int(values[0])
-        if values[0].is_integer() and "." not in text and "e" not in text.lower()
-        else values[0]
-    )
+    return values if "," in text else values[0]
 
 
 def _encoding_options(parser: argparse.ArgumentParser) -> None:

@@ -171,16 +171,57 @@ cdef object _as_dtype(dtype):
     raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
 
 
+cdef int _check_sequence(sequence, int depth) except -1:
+    """Bools and integers beyond 2**53 in a list or tuple of positions: numpy.asarray
+    would turn them into 0/1 or round them to floats (next to a float) silently."""
+    cdef int overflow = 0
+    cdef long long value
+    if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
+        return 0
+    for item in sequence:
+        kind = type(item)
+        if kind is float:
+            continue
+        if kind is int:
+            value = PyLong_AsLongLongAndOverflow(item, &overflow)
+            if overflow or not (-_EXACT_LIMIT <= value <= _EXACT_LIMIT):
+                raise ValueError(
+                    f"position must be integers of magnitude <= 2**53, got {item}")
+        elif kind is list or kind is tuple:
+            _check_sequence(item, depth + 1)
+        elif isinstance(item, (bool, np.bool_)) or (
+                isinstance(item, np.ndarray) and item.dtype.kind == "b"):
+            raise TypeError("position must be real numbers, got a bool in the sequence")
+        elif isinstance(item, (int, np.integer)) and abs(int(item)) > _EXACT_INTEGER_LIMIT:
+            raise ValueError(f"position must be integers of magnitude <= 2**53, got {item}")
+        elif isinstance(item, np.ndarray) and item.dtype.kind in "iu" and item.size and (
+                item.max() > _EXACT_INTEGER_LIMIT or item.min() < -_EXACT_INTEGER_LIMIT):
+            raise ValueError("position must be integers of magnitude <= 2**53")
+    return 0
+
+
+cdef object _reject_masked(position):
+    # The mask of masked positions would be ignored (np.asarray drops it). (A
+    # masked out= is filled whole, and keeps its mask.)
+    masked = sys.modules.get("numpy.ma")
+    if masked is not None and isinstance(position, masked.MaskedArray):
+        raise TypeError("position must not be a masked array: its mask would be ignored "
+                        "(use position.filled(...) or position.compressed())")
+
+
 cdef object _position_array(position):
     """Positions as an array of real numbers, neither scanned nor copied yet."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError("position must be a real number or an array of them, got bool")
     if isinstance(position, int) and abs(position) > _EXACT_INTEGER_LIMIT:
         raise ValueError(f"position must be an integer of magnitude <= 2**53, got {position}")
+    _reject_masked(position)
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
         raise TypeError(f"position must be a real number or an array of them: {exc}") from None
+    if type(position) is list or type(position) is tuple:
+        _check_sequence(position, 1)
     kind = arr.dtype.kind
     if kind == "b":
         raise TypeError("position must be a real number or an array of them, got bool")
@@ -199,14 +240,28 @@ cdef object _positions_float64(arr):
     Called once the output has been checked, so that a request that is rejected
     anyway never scans or copies its positions.
     """
-    kind = arr.dtype.kind
-    if kind in "iu" and arr.size and arr.dtype.itemsize > 4:
-        if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
-            raise ValueError("position must be integers of magnitude <= 2**53")
     # Floats are checked for NaN/inf by the kernel, before it writes anything; a
     # long double beyond the float64 range becomes inf here, without a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(arr, dtype=np.float64, order="C")
+        pos = np.asarray(arr, dtype=np.float64, order="C")
+    kind = arr.dtype.kind
+    # 64-bit integers of magnitude >= 2**53 become doubles >= 2**53, so only then
+    # are the integers themselves compared (NumPy's max and min cost ~1 us each,
+    # more than the rest of a call for a few positions).
+    if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
+        if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
+            raise ValueError("position must be integers of magnitude <= 2**53")
+    return pos
+
+
+cdef bint _all_below_exact_limit(cnp.ndarray pos):
+    cdef const double* data = <const double*>cnp.PyArray_DATA(pos)
+    cdef Py_ssize_t i, n = pos.size
+    cdef double limit = <double>_EXACT_LIMIT
+    for i in range(n):
+        if not (fabs(data[i]) < limit):
+            return False
+    return True
 
 
 cdef object _prepare_out(out, tuple shape, dt, str sizes):
@@ -811,7 +866,8 @@ Sinusoidal positional encoding of one position or an array of positions.
     ----------
     position : int, float or array_like of them
         Position(s) ``p``. Integers must satisfy ``|p| <= 2**53``; floats must be
-        finite. Booleans are rejected.
+        finite and are used as float64 (a long double is rounded to a double).
+        Booleans, also inside a list, and masked arrays are rejected.
     D : int
         Width of the encoding, ``D >= 1``.
     base : float, optional
