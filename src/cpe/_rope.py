@@ -96,12 +96,27 @@ def rope_cos_sin(
     try:
         table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
     except (TypeError, ValueError) as exc:
-        if str(exc).startswith("position"):  # here the positions are the argument n
-            raise type(exc)(f"n (the positions): {exc}") from None
-        raise
+        raise _renamed(exc) from None
     sin = np.empty_like(table)
     _split(table, sin, kernel_layout)
     return table, sin
+
+
+# The 1-D functions' names for the arguments, and rope_cos_sin's.
+_RENAMED = (
+    ("position and D:", "n (the positions) and head_dim:"),
+    ("n and D:", "n and head_dim:"),
+    ("position", "n (the positions): position"),
+)
+
+
+def _renamed(exc: Exception) -> Exception:
+    """``exc`` of a 1-D call, with rope_cos_sin's argument names."""
+    text = str(exc)
+    for old, new in _RENAMED:
+        if text.startswith(old):
+            return type(exc)(new + text[len(old) :])
+    return exc
 
 
 def _split(table: npt.NDArray[Any], sin: npt.NDArray[Any], layout: str) -> None:
@@ -127,12 +142,20 @@ def _rope_table(
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     rows = _check_count(n, "n", 0)
     # Check the arguments (start, and start + n) on empty tables, then the size.
-    empty = positional_encoding_table(
-        0, width, start=start, base=base, dtype=dtype, layout=kernel_layout
-    )
-    positional_encoding_table(
-        0, width, start=operator.index(start) + rows, base=base, dtype=dtype, layout=kernel_layout
-    )
+    try:
+        empty = positional_encoding_table(
+            0, width, start=start, base=base, dtype=dtype, layout=kernel_layout
+        )
+        positional_encoding_table(
+            0,
+            width,
+            start=operator.index(start) + rows,
+            base=base,
+            dtype=dtype,
+            layout=kernel_layout,
+        )
+    except (TypeError, ValueError) as exc:
+        raise _renamed(exc) from None
     # One allocation for both tables: two large ones in a row would, with
     # glibc's default thresholds, be trimmed and page-faulted again on every call.
     if 2 * rows * width * empty.itemsize <= sys.maxsize:
