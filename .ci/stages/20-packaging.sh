@@ -171,15 +171,16 @@ else
     echo "objdump not installed: not checked"
 fi
 
-# run_suite PYTHON LABEL INSTALLABLE: a fresh venv, cpe from INSTALLABLE with its
-# test extra, then the suite from a folder outside the source tree; every test
-# must run (a skip would hide, say, a missing compiler for test_cimport). The
-# comparisons with torch/transformers/diffusers are left to 30-interop.sh, which
-# installs those packages and requires them.
+# run_suite PYTHON LABEL INSTALLABLE [REQUIREMENT...]: a fresh venv, cpe from
+# INSTALLABLE with its test extra (and the REQUIREMENTs), then the suite from a
+# folder outside the source tree; every test must run (a skip would hide, say, a
+# missing compiler for test_cimport). The comparisons with
+# torch/transformers/diffusers are left to 30-interop.sh, which installs those
+# packages and requires them.
 run_suite() {
     local python=$1 label=$2 installable=$3 venv="$work/venv-$2" outside="$work/outside-$2"
     "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q "${installable}[test]" > "$work/install-$label.log" 2>&1 \
+    "$venv/bin/python" -m pip install -q "${installable}[test]" "${@:4}" > "$work/install-$label.log" 2>&1 \
         || { tail -n 40 "$work/install-$label.log"; fail "$label: installing $installable failed"; }
     mkdir -p "$outside"
     cp -r "$root/tests" "$outside/tests"
@@ -210,6 +211,12 @@ EOF
 
 step "the wheel, installed in a fresh venv, tested from outside the source tree"
 run_suite python3 wheel "$repaired"
+
+# Built against NumPy 2, the wheel also runs on the oldest NumPy pyproject.toml
+# allows; NumPy 1 promotes scalars differently, which once hid behind a test.
+step "the wheel with NumPy 1.25, the oldest supported"
+run_suite python3 wheel-numpy-1.25 "$repaired" "numpy==1.25.2"
+"$work/venv-wheel-numpy-1.25/bin/python" -c 'import numpy; assert numpy.__version__ == "1.25.2", numpy.__version__'
 
 step "the sdist on the other CPythons that pyenv has"
 wheel_python=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
