@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", type=Path)
     parser.add_argument(
         "--kinds",
-        default="single,table,positions,cold",
-        help="kinds of measurement that must be present (default: all)",
+        help="kinds of measurement that must be present (default: those the file says it ran)",
     )
     args = parser.parse_args(argv)
     try:
@@ -99,7 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError) as error:
         sys.stderr.write(f"{args.path}: cannot read results: {error}\n")
         return 1
-    problems = problems_in(document, args.kinds.split(","))
+    if args.kinds is not None:
+        kinds = args.kinds.split(",")
+    else:
+        settings = document.get("settings")
+        kinds = settings.get("kinds") if isinstance(settings, dict) else None
+        if not isinstance(kinds, list) or not kinds:
+            sys.stderr.write(f"{args.path}: settings.kinds missing: pass --kinds\n")
+            return 1
+    problems = problems_in(document, kinds)
     for problem in problems:
         sys.stderr.write(f"{args.path}: {problem}\n")
     if problems:

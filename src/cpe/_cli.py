@@ -87,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print positional_encoding(POSITION, D).",
     )
     encode.add_argument(
-        "position", type=_positions, help="a position such as 3 or 998.39, or 0,1,2"
+        "position",
+        type=_positions,
+        help='a position such as 3 or 998.39, or 0,1,2 (a list that starts with "-" goes'
+        ' after "--": -- -1.5,2)',
     )
     encode.add_argument("D", type=int, help="width of the encoding")
     _encoding_options(encode)

@@ -944,9 +944,10 @@ positional_encoding_table.__doc__ = """\
 Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
     Row ``i`` equals ``positional_encoding(start + i, D, ...)`` with the same
-    keywords, to within 1e-15. The table is built from ``O(n ** (1/3))`` rows of
-    sines and cosines by the angle-addition identity, which keeps every value
-    within a few units in the last place.
+    keywords, to within 1e-15. The table is built from a few rows of sines and
+    cosines (the cached digit rows, and one row per ``radix ** 2`` table rows) by
+    the angle-addition identity, which keeps every value within a few units in
+    the last place.
 
     Parameters
     ----------
