@@ -270,3 +270,45 @@ def test_64_bit_integer_positions_up_to_2_53_are_exact(dtype):
     if dtype is np.int64:
         negative = cpe.positional_encoding(np.array([-(2**53)]), 6)[0]
         np.testing.assert_array_equal(negative, cpe.positional_encoding(-(2**53), 6))
+
+
+ORIGIN_ROWS = [
+    # (call, index of the row of position 0, what the single position 0 gives)
+    (
+        lambda: cpe.positional_encoding_table(10, 8, start=-5, dtype=np.float32),
+        5,
+        lambda: cpe.positional_encoding(0, 8, dtype=np.float32),
+    ),
+    (
+        lambda: cpe.positional_encoding_table(3000, 9, start=-1500, convention="fairseq"),
+        1500,
+        lambda: cpe.positional_encoding(0, 9, convention="fairseq"),
+    ),
+    (  # streamed (32 MiB)
+        lambda: cpe.positional_encoding_table(2**19, 16, start=-(2**18), dtype=np.float32),
+        2**18,
+        lambda: cpe.positional_encoding(0, 16, dtype=np.float32),
+    ),
+    (  # ids beyond the cached levels: digits of the kernel's own, from -70000
+        lambda: cpe.positional_encoding(np.arange(-70000, 70000), 8, layout="cos_sin"),
+        70000,
+        lambda: cpe.positional_encoding(0, 8, layout="cos_sin"),
+    ),
+    (
+        lambda: np.stack(cpe.rope_cos_sin(10, 8, start=-5)),
+        (slice(None), 5),
+        lambda: np.stack([np.ones(8), np.zeros(8)]),
+    ),
+    (
+        lambda: np.stack(cpe.rope_cos_sin(3000, 8, start=-1500, layout="interleaved")),
+        (slice(None), 1500),
+        lambda: np.stack([np.ones(8), np.zeros(8)]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "index", "single"), ORIGIN_ROWS)
+def test_position_0_is_exact_in_tables_and_arrays_that_cross_it(call, index, single):
+    # Rows p = start + d built by angle addition from a negative start gave
+    # sin(0) as ~1e-16 (within the bound, but not the single position's 0).
+    np.testing.assert_array_equal(call()[index], single())

@@ -751,6 +751,10 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
             _digits_free(&t)
             if stream:
                 cpe_stream_fence()
+            if lowest < 0 and highest >= 0:
+                for i in range(n_positions):
+                    if positions[i] == 0:
+                        _store_origin(out + i * width, &c, width, NULL, layout)
             return CPE_OK
 
     pairs = <double*>malloc(sizeof(double) * 2 * (n_freq + 1))
@@ -784,6 +788,20 @@ cdef inline void _rope_split(floating* cos_rows, floating* sin_rows, Py_ssize_t 
                 s[2 * j] = c[2 * j]
                 s[2 * j + 1] = c[2 * j]
                 c[2 * j] = c[2 * j + 1]
+
+
+cdef inline void _store_origin(floating* row, const columns* c, Py_ssize_t width,
+                               floating* rope_sin, int layout) noexcept nogil:
+    """The row of position 0 exactly: sines 0, cosines 1. A row built by angle
+    addition from other positions (p = start + d, start < 0) is only within
+    ~1e-16 of it, and a single position 0 gives it exactly."""
+    cdef Py_ssize_t j
+    for j in range(width):
+        row[j] = 0
+    for j in range(c.n_cos):
+        row[c.cos_at + j * c.cos_step] = 1
+    if rope_sin != NULL:
+        _rope_split(row, rope_sin, 1, width, layout)
 
 
 cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
@@ -853,6 +871,10 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     _digits_free(&t)
     if stream:
         cpe_stream_fence()
+    if start <= 0 and start + <double>n_rows > 0:
+        i = <Py_ssize_t>(-start)
+        _store_origin(out + i * width, &c, width,
+                      NULL if rope_sin == NULL else rope_sin + i * width, layout)
     return CPE_OK
 
 
