@@ -85,7 +85,8 @@ def test_table_to_files(tmp_path, suffix):
         (["encode", "x", "4"], "not a position"),
         # Integers are read exactly, not through a float that would round them.
         (["encode", "9007199254740993", "2"], "got 9007199254740993"),
-        (["encode", "0,9007199254740993", "2"], "got 9007199254740993"),
+        (["encode", "0,9007199254740993", "2"], "magnitude <= 2**53"),
+        (["encode", "0.5,9007199254740993", "2"], "got 9007199254740993"),
         (["encode", "0", "0"], "D must be >= 1"),
         (["encode", "0", "four"], "invalid int value"),
         (["table", "-1", "4"], "n must be >= 0"),

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
 import cpe
 
 GOOD = {"position": [1, 2], "D": 4}
+
+
+class Pair(NamedTuple):
+    first: object
+    second: object
+
+
+class AList(list):
+    pass
+
 
 BAD_ARGUMENTS = [
     # (keyword overrides, exception, text that must appear in the message)
@@ -43,6 +55,9 @@ BAD_ARGUMENTS = [
     ({"position": np.array([2**53 + 1, 0])}, ValueError, "position"),
     ({"position": np.array([0, 2**53 + 1], np.uint64)}, ValueError, "position"),
     ({"position": np.ma.masked_array([1, 2], mask=[0, 1])}, TypeError, "must not be a masked"),
+    ({"position": [np.ma.masked_array([1.0, 2.0], mask=[0, 1])]}, TypeError, "masked"),
+    ({"position": Pair(True, 2.5)}, TypeError, "position"),  # a tuple subclass
+    ({"position": [[0.5, 1.0], AList([2.0, np.True_])]}, TypeError, "position"),
     ({"position": [1.5e308], "base": 0.5}, ValueError, "overflows"),
     ({"base": 0}, ValueError, "base must be > 0"),
     ({"base": -10.0}, ValueError, "base must be > 0"),

@@ -284,9 +284,9 @@ ORIGIN_ROWS = [
         1500,
         lambda: cpe.positional_encoding(0, 9, convention="fairseq"),
     ),
-    (  # streamed (32 MiB)
-        lambda: cpe.positional_encoding_table(2**19, 16, start=-(2**18), dtype=np.float32),
-        2**18,
+    (  # streamed (32 MiB); a start that is not a multiple of radix**2
+        lambda: cpe.positional_encoding_table(2**19, 16, start=-(2**18 + 12345), dtype=np.float32),
+        2**18 + 12345,
         lambda: cpe.positional_encoding(0, 16, dtype=np.float32),
     ),
     (  # ids beyond the cached levels: digits of the kernel's own, from -70000
@@ -312,3 +312,10 @@ def test_position_0_is_exact_in_tables_and_arrays_that_cross_it(call, index, sin
     # Rows p = start + d built by angle addition from a negative start gave
     # sin(0) as ~1e-16 (within the bound, but not the single position's 0).
     np.testing.assert_array_equal(call()[index], single())
+
+
+def test_sequences_of_numpy_scalars_and_0d_arrays_are_positions():
+    # The scan for bools and big integers in lists lets every real number through.
+    mixed = [np.float32(1.5), np.int64(3), np.array(2.0), np.array(7), 4, 5.5, (6,)[0]]
+    expected = cpe.positional_encoding(np.array([1.5, 3, 2, 7, 4, 5.5, 6]), 8)
+    np.testing.assert_array_equal(cpe.positional_encoding(mixed, 8), expected)

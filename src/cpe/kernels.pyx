@@ -16,6 +16,7 @@ from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, ceil,
 from libc.stdlib cimport malloc, free, getenv
 from libc.string cimport memcpy
 from libc.stdint cimport uintptr_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from cython cimport floating
 
 cdef extern from "cpe_rows.h":
@@ -95,8 +96,9 @@ def _tile_rows(unsigned char[:, ::1] out, const unsigned char[:, ::1] first,
     """
     cdef Py_ssize_t rows = first.shape[0], columns = second.shape[0], width = out.shape[1]
     cdef Py_ssize_t spec[8][4]
+    segments = tuple(segments)  # what is checked is what is copied
     cdef Py_ssize_t count = len(segments), k, i, j, s
-    if out.shape[0] != rows * columns:
+    if (columns and rows > PY_SSIZE_T_MAX // columns) or out.shape[0] != rows * columns:
         raise ValueError(f"out has {out.shape[0]} rows, expected {rows} * {columns}")
     if count > 8:
         raise ValueError(f"at most 8 segments, got {count}")
