@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import cpe
+from buffers import on_line
 from cpe import _reference as ref
 
 
@@ -133,20 +134,12 @@ def test_grid_errors_leave_out_untouched(call, exc, text):
     np.testing.assert_array_equal(out, 7.0)
 
 
-def empty_past_line(shape, dtype, offset):
-    """An empty array that starts ``offset`` bytes past a 64-byte boundary."""
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buffer = np.empty(size + 128, np.uint8)
-    skip = (-buffer.ctypes.data) % 64 + offset
-    return buffer[skip : skip + size].view(dtype).reshape(shape)
-
-
 # Grids of 16 MiB and more are copied with streaming stores when every token row
 # starts on a 16-byte boundary; 8 bytes past one they take the plain copies.
 @pytest.mark.parametrize("offset", [0, 8])
 @pytest.mark.parametrize("layout", ["mae", "timm", "timm_interleaved"])
 def test_big_grids(layout, offset):
-    out = empty_past_line((64 * 64, 1024), np.float64, offset)
+    out = on_line((64 * 64, 1024), np.float64, offset)
     assert cpe.sincos_2d(64, 64, 1024, layout=layout, out=out) is out
     if layout == "mae":
         expected = ref.mae_2d(1024, 64)
@@ -157,10 +150,10 @@ def test_big_grids(layout, offset):
 
 @pytest.mark.parametrize("offset", [0, 8])
 def test_big_grids_float32_and_3d(offset):
-    out = empty_past_line((64 * 64, 1024), np.float32, offset)  # 16 MiB
+    out = on_line((64 * 64, 1024), np.float32, offset)  # 16 MiB
     cpe.sincos_2d(64, 64, 1024, dtype=np.float32, out=out)
     np.testing.assert_allclose(out, ref.mae_2d(1024, 64), rtol=0, atol=6e-8)
-    out3 = empty_past_line((4, 32 * 32, 1024), np.float64, offset)  # 32 MiB
+    out3 = on_line((4, 32 * 32, 1024), np.float64, offset)  # 32 MiB
     cpe.sincos_3d(4, 32, 32, 1024, out=out3)
     close(out3, ref.diffusers_3d(1024, (32, 32), 4), 64)
 

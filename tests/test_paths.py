@@ -12,10 +12,12 @@ import hashlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import buffers
 import cpe
 import cpe.kernels
 from exact import error
@@ -35,12 +37,12 @@ BIG_REQUESTS = {
     # Streamed rows read at the output's offset from a cache line (see
     # _stream_offset): outputs on a line, and 8 bytes past one.
     "table f64, out= on a cache line": (
-        "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048, out=on_line(2048, 1024,"
+        "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048, out=on_line((2048, 1024),"
         " np.float64, 0))"
     ),
     "table f32, out= 8 bytes past a line": (
         "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32,"
-        " out=on_line(4096, 1024, np.float32, 8))"
+        " out=on_line((4096, 1024), np.float32, 8))"
     ),
     # Rows of one digit (p < 256, multiples of 256) among rows of two (D <= 128).
     "ids f64, one and two digits": "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64)",
@@ -49,16 +51,8 @@ BIG_REQUESTS = {
     ),
 }
 
-ON_LINE = """
-import numpy as np
-
-def on_line(n, D, dtype, offset):
-    # An empty (n, D) array that starts offset bytes past a 64-byte boundary.
-    itemsize = np.dtype(dtype).itemsize
-    buffer = np.empty(n * D * itemsize + 128, np.uint8)
-    skip = (-buffer.ctypes.data) % 64 + offset
-    return buffer[skip : skip + n * D * itemsize].view(dtype).reshape(n, D)
-"""
+# buffers.py's source, for the subprocesses.
+ON_LINE = Path(buffers.__file__).read_text()
 
 SCRIPT = (
     ON_LINE
@@ -75,9 +69,7 @@ for expression in sys.argv[1:]:
 
 def namespace() -> dict:
     """What the request expressions may use, in this process."""
-    names = {"cpe": cpe, "np": np}
-    exec(ON_LINE, names)
-    return names
+    return {"cpe": cpe, "np": np, "on_line": buffers.on_line}
 
 
 SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")

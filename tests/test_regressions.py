@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cpe
+from cpe import _reference as ref
 from exact import error
 
 
@@ -273,26 +274,26 @@ def test_64_bit_integer_positions_up_to_2_53_are_exact(dtype):
 
 
 ORIGIN_ROWS = [
-    # (call, index of the row of position 0, what the single position 0 gives)
+    # (call, index of the row of position 0, the definition at position 0)
     (
         lambda: cpe.positional_encoding_table(10, 8, start=-5, dtype=np.float32),
         5,
-        lambda: cpe.positional_encoding(0, 8, dtype=np.float32),
+        lambda: ref.positional_encoding(0, 8),
     ),
     (
         lambda: cpe.positional_encoding_table(3000, 9, start=-1500, convention="fairseq"),
         1500,
-        lambda: cpe.positional_encoding(0, 9, convention="fairseq"),
+        lambda: ref.positional_encoding(0, 9, convention="fairseq"),
     ),
     (  # streamed (32 MiB); a start that is not a multiple of radix**2
         lambda: cpe.positional_encoding_table(2**19, 16, start=-(2**18 + 12345), dtype=np.float32),
         2**18 + 12345,
-        lambda: cpe.positional_encoding(0, 16, dtype=np.float32),
+        lambda: ref.positional_encoding(0, 16),
     ),
     (  # ids beyond the cached levels: digits of the kernel's own, from -70000
         lambda: cpe.positional_encoding(np.arange(-70000, 70000), 8, layout="cos_sin"),
         70000,
-        lambda: cpe.positional_encoding(0, 8, layout="cos_sin"),
+        lambda: ref.positional_encoding(0, 8, layout="cos_sin"),
     ),
     (
         lambda: np.stack(cpe.rope_cos_sin(10, 8, start=-5)),
@@ -310,12 +311,12 @@ ORIGIN_ROWS = [
 @pytest.mark.parametrize(("call", "index", "single"), ORIGIN_ROWS)
 def test_position_0_is_exact_in_tables_and_arrays_that_cross_it(call, index, single):
     # Rows p = start + d built by angle addition from a negative start gave
-    # sin(0) as ~1e-16 (within the bound, but not the single position's 0).
+    # sin(0) as ~1e-16 (within the bound, but not the exact 0 a single position gives).
     np.testing.assert_array_equal(call()[index], single())
 
 
 def test_sequences_of_numpy_scalars_and_0d_arrays_are_positions():
     # The scan for bools and big integers in lists lets every real number through.
-    mixed = [np.float32(1.5), np.int64(3), np.array(2.0), np.array(7), 4, 5.5, (6,)[0]]
+    mixed = [np.float32(1.5), np.int64(3), np.array(2.0), np.array(7), 4, 5.5, 6]
     expected = cpe.positional_encoding(np.array([1.5, 3, 2, 7, 4, 5.5, 6]), 8)
     np.testing.assert_array_equal(cpe.positional_encoding(mixed, 8), expected)
