@@ -302,25 +302,31 @@ CPE_STORE_BLOCKED(float)
 
 #if CPE_X86_DISPATCH
 #include <immintrin.h>
-/* Written by hand: with one vpermt2ps per 8 pairs, this loop took 10-19% less
-   time than GCC's vectorization of cpe_store_interleaved_float_impl (float32
-   tables below the streaming size). The same operations on the values, so the
-   same bits. */
-CPE_AVX512_TARGET static void cpe_store_interleaved_float_avx512(
-        float *row, const double *a, const double *b, Py_ssize_t n_pairs, Py_ssize_t n_freq) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
+/* Pairs j to j + 7 of the product of pair rows a and b (the operations of
+   cpe_store_interleaved_*), rounded to float and interleaved: sin, cos, sin, ...
+   One vpermt2ps for 8 pairs: the loops using this are bound by their arithmetic
+   and shuffles, not by memory. */
+CPE_AVX512_TARGET CPE_ALWAYS_INLINE __m512 cpe_pairs8_float_avx512(
+        const double *a, const double *b, Py_ssize_t j, Py_ssize_t n_freq) {
     /* indices into (s, c) as 16 floats each: 0-7 pick s, 16-23 pick c */
     const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
                                             4, 20, 5, 21, 6, 22, 7, 23);
+    __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a + n_freq + j);
+    __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b + n_freq + j);
+    __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
+    __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
+    __m512 s8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(s));
+    __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(c));
+    return _mm512_permutex2var_ps(s8, pairs, c8);
+}
+
+/* Written by hand: it took 10-19% less time than GCC's vectorization of
+   cpe_store_interleaved_float_impl (float32 tables below the streaming size). */
+CPE_AVX512_TARGET static void cpe_store_interleaved_float_avx512(
+        float *row, const double *a, const double *b, Py_ssize_t n_pairs, Py_ssize_t n_freq) {
     Py_ssize_t j = 0;
     for (; j + 8 <= n_pairs; j += 8) {
-        __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a_c + j);
-        __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b_c + j);
-        __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
-        __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
-        __m512 s8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(s));
-        __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(c));
-        _mm512_storeu_ps(row + 2 * j, _mm512_permutex2var_ps(s8, pairs, c8));
+        _mm512_storeu_ps(row + 2 * j, cpe_pairs8_float_avx512(a, b, j, n_freq));
     }
     cpe_store_interleaved_float_impl(row + 2 * j, a + j, b + j, n_pairs - j, n_freq);
 }
@@ -585,21 +591,10 @@ CPE_AVX512_TARGET static void cpe_stream_f32_avx512(float *row, const double *a,
                                                     const double *b, Py_ssize_t n_freq,
                                                     Py_ssize_t n_pairs) {
     const double *a_c = a + n_freq, *b_c = b + n_freq;
-    /* indices into (s, c) as 16 floats each: 0-7 pick s, 16-23 pick c. One
-       shuffle for 8 pairs instead of five: the loop is bound by its arithmetic
-       and shuffles, and a 32 MiB float32 table took ~9% less time. */
-    const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
-                                            4, 20, 5, 21, 6, 22, 7, 23);
     Py_ssize_t j = 0;
     for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 63); j++) CPE_PAIR_STORE(float, j);
     for (; j + 8 <= n_pairs; j += 8) {
-        __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a_c + j);
-        __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b_c + j);
-        __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
-        __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
-        __m512 s8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(s));
-        __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(c));
-        _mm512_stream_ps(row + 2 * j, _mm512_permutex2var_ps(s8, pairs, c8));
+        _mm512_stream_ps(row + 2 * j, cpe_pairs8_float_avx512(a, b, j, n_freq));
     }
     for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
 }
