@@ -92,7 +92,7 @@ def test_table_to_files(tmp_path, suffix):
         (["table", "-1", "4"], "n must be >= 0"),
         (["table", "3", "4", "--dtype", "int8"], "invalid choice"),
         (["table", "3", "4", "--base", "-2"], "base must be > 0"),
-        (["table", "3", "2", "--convention", "fairseq"], "freq_shift"),
+        (["table", "3", "8", "--freq-shift", "4"], "freq_shift=4.0 needs D // 2"),
         (["table", "3", "4", "--output", "pe.xlsx"], "--output must end in"),
         (["frobnicate"], "invalid choice"),
         (["bench", "--only", "nope"], "unknown kind"),

@@ -40,7 +40,7 @@ def test_fairseq(D):
     close(cpe.positional_encoding_table(70, D, convention="fairseq"), ref.fairseq_table(70, D), 70)
 
 
-@pytest.mark.parametrize("D", [4, 5, 64, 127])
+@pytest.mark.parametrize("D", [1, 2, 3, 4, 5, 64, 127])
 @pytest.mark.parametrize(
     ("min_ts", "max_ts", "start"), [(1.0, 1e4, 0), (2.0, 5e3, 7), (0.5, 1e5, -3)]
 )
@@ -102,7 +102,7 @@ def test_adm_and_stable_diffusion(D):
 def test_every_layout_and_frequency_choice(layout, freq_shift, D, scale):
     kwargs = {"layout": layout, "freq_shift": freq_shift, "scale": scale, "base": 700.0}
     positions = np.arange(-20, 300, 7)
-    if freq_shift is not None and D // 2 - freq_shift <= 0:
+    if freq_shift is not None and D // 2 > 1 and D // 2 - freq_shift <= 0:
         with pytest.raises(ValueError, match="freq_shift"):
             cpe.positional_encoding(positions, D, **kwargs)
         return
@@ -145,16 +145,22 @@ def test_bad_convention_arguments(kwargs, exc, text):
     np.testing.assert_array_equal(out, 7.0)
 
 
+@pytest.mark.parametrize("convention", ["fairseq", "tensor2tensor", "whisper", "diffusers", "adm"])
 @pytest.mark.parametrize("D", [1, 2, 3])
-def test_fairseq_too_narrow_is_a_clear_error(D):
-    # fairseq itself divides by zero here (half_dim - 1 == 0).
-    with pytest.raises(ValueError, match="freq_shift"):
-        cpe.positional_encoding_table(4, D, convention="fairseq")
-
-
-def test_adm_width_one_is_a_clear_error():
-    with pytest.raises(ValueError, match="freq_shift"):
-        cpe.positional_encoding(5, 1, convention="adm")
+def test_shifted_conventions_below_four_columns(convention, D):
+    # One frequency at most, w_0 = 1, as tensor2tensor's guarded formula gives
+    # (fairseq divides by zero here, Whisper and diffusers give NaN); D = 1 is
+    # the zero column of tensor2tensor, fairseq, diffusers and ADM.
+    p = np.arange(-3.0, 40.0)
+    got = cpe.positional_encoding(p, D, convention=convention)
+    expected = np.zeros((p.size, D))
+    if D >= 2:
+        first, second = (np.cos(p), np.sin(p)) if convention == "adm" else (np.sin(p), np.cos(p))
+        expected[:, 0], expected[:, 1] = first, second
+    table = cpe.positional_encoding_table(p.size, D, start=-3, convention=convention)
+    for result in (got, table):
+        np.testing.assert_allclose(result, expected, rtol=0, atol=1e-15)
+        assert np.all(result[:, 2:] == 0)
 
 
 # ---- the README's table, row by row ----

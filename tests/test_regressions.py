@@ -126,11 +126,6 @@ def test_frequencies_out_of_range_name_what_set_them(kwargs, names):
         cpe.positional_encoding(1, 8, **kwargs)
 
 
-def test_a_convention_too_wide_for_D_is_named():
-    with pytest.raises(ValueError, match="convention='fairseq'"):
-        cpe.positional_encoding(1, 2, convention="fairseq")
-
-
 @pytest.mark.parametrize(
     ("call", "names"),
     [

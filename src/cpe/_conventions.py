@@ -90,11 +90,12 @@ def resolve(
     if freq_shift is None:
         return LAYOUTS[layout], (D + 1) // 2, D / 2.0
     half = D // 2
-    if not half - freq_shift > 0 and convention is not None:
-        raise ValueError(
-            f"convention={convention!r} (freq_shift={freq_shift!r}) needs "
-            f"D // 2 - freq_shift > 0, got D={D}"
-        )
+    if half <= 1:
+        # At most one frequency, w_0 = base ** 0 = 1, whatever the denominator:
+        # tensor2tensor's guarded formula (max(D // 2 - 1, 1)). fairseq divides
+        # by zero there, Whisper and diffusers give NaN; there is no other value.
+        return LAYOUTS[layout], half, 1.0
+    # (Every preset's shift, 0 or 1, passes from D = 4 on.)
     if not half - freq_shift > 0:
         raise ValueError(
             f"freq_shift={freq_shift!r} needs D // 2 - freq_shift > 0, got D={D} "

@@ -778,7 +778,8 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
         frequencies ``w_j = base ** (-j / (D // 2 - s))`` for ``j < D // 2``
         with a zero last column when ``D`` is odd (``s = 1``: fairseq,
         tensor2tensor; ``s = 0``: ADM, Stable Diffusion). ``D // 2 - s`` must
-        be positive.
+        be positive when ``D >= 4``; for ``D <= 3`` the one frequency (if any)
+        is ``w_0 = 1``, as in tensor2tensor.
     scale : float, optional
         Multiplies every angle: ``sin(scale * p * w_j)`` (diffusers' ``scale``).
     convention : str, optional

@@ -186,7 +186,9 @@ def encoding(
         w = base ** (-2.0 * np.arange(n_freq) / D)
     else:
         n_freq = D // 2
-        w = base ** (-np.arange(n_freq) / (n_freq - freq_shift))
+        # With one frequency (D = 2, 3), w_0 = base ** 0 whatever the shift.
+        den = n_freq - freq_shift if n_freq > 1 else 1.0
+        w = base ** (-np.arange(n_freq) / den)
     angle = scale * p[..., None] * w
     sines, cosines = np.sin(angle), np.cos(angle[..., : D - n_freq])
     out = np.zeros((*p.shape, D))
