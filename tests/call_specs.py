@@ -671,14 +671,6 @@ def _rope_positions(n: Any) -> Any:
     return _as_float64(n)
 
 
-def _unchecked_start(start: Any) -> Any:
-    """start as an int, or as it is where rope_cos_sin ignores it (for positions)."""
-    try:
-        return operator.index(start)
-    except TypeError:
-        return start
-
-
 def _identity(value: Any) -> Any:
     return value
 
@@ -770,9 +762,8 @@ OVERRIDES: dict[str, dict[str, Parameter]] = {
     },
     "rope_cos_sin": {
         "n": Parameter(valid_rope_n, hostile_rope_n, ("n", "output"), _rope_positions),
-        # With positions for n, start is not looked at (not even checked):
-        # cpe.rope_cos_sin([1.0], 4, start="x") returns the tables.
-        "start": Parameter(valid_start, hostile_start, ("start",), _unchecked_start),
+        # With positions for n, start must be 0 (_constrain_rope).
+        "start": Parameter(valid_start, hostile_start, ("start",), operator.index),
         "layout": Parameter(
             _valid_choice(ROPE_LAYOUTS),
             _hostile_choice(ROPE_LAYOUTS, False),
@@ -889,6 +880,18 @@ def _constrain_encoding(args: dict[str, Any], mode: str, hostile: str | None) ->
         return
     if "D" in args and _size(args["D"]) is not None and _size(args["D"]) < needed:
         args["D"] = needed
+
+
+def _constrain_rope(args: dict[str, Any], mode: str, hostile: str | None) -> None:
+    """With positions for n, a valid start is 0 (the default)."""
+    if mode == "arbitrary" or hostile == "start" or "start" not in args:
+        return
+    try:
+        count = np.ndim(args.get("n")) == 0 and _size(args.get("n")) is not None
+    except ValueError:  # ragged positions
+        count = False
+    if not count:
+        args["start"] = 0
 
 
 def _constrain_grid(*sides: str) -> Callable[[dict[str, Any], str, str | None], None]:
@@ -1021,6 +1024,7 @@ SPECS: tuple[CallSpec, ...] = (
         outputs=2,
         width="head_dim",
         width_multiple=2,
+        constrain=_constrain_rope,
     ),
 )
 SPEC_IDS = [spec.name for spec in SPECS]

@@ -32,6 +32,24 @@ def test_interleaved_layout_is_gptj(head_dim):
     close(sin, ref_sin, 300)
 
 
+def test_a_zero_start_beside_positions_is_accepted():
+    ids = np.array([[4, 1]])
+    expected = cpe.rope_cos_sin(ids, 8)
+    for start in (0, np.int64(0), np.array(0)):
+        for got, want in zip(cpe.rope_cos_sin(ids, 8, start=start), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_integer_like_n_is_a_count_and_a_float_is_a_position():
+    # operator.index decides, as for range() and numpy.zeros().
+    for count in (5, np.int64(5), np.array(5)):
+        cos, sin = cpe.rope_cos_sin(count, 4)
+        assert cos.shape == sin.shape == (5, 4)
+    cos, sin = cpe.rope_cos_sin(np.array(5.0), 4)
+    assert cos.shape == (4,)
+    np.testing.assert_allclose(cos[[0, 2]], np.cos(5.0), rtol=0, atol=1e-15)  # w_0 = 1
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_position_ids(layout):
     ids = np.array([[0, 5, 9, 9], [100, 3, 2, 1]])
@@ -88,6 +106,14 @@ def test_float32_arithmetic_rope_is_measurably_worse():
         ({"n": [[1, 2], [3]]}, TypeError, "n \\(the positions\\)"),
         ({"base": 0}, ValueError, "base must be > 0"),
         ({"dtype": "int64"}, TypeError, "dtype"),
+        # Position ids carry their own offsets: a start beside them is refused,
+        # not ignored (it used to be, unchecked).
+        ({"n": np.array([[0, 1, 2]]), "start": 100}, ValueError, "start must be 0 when n is"),
+        ({"n": [3.5], "start": -1}, ValueError, "start must be 0 when n is"),
+        ({"n": np.array([0, 1]), "start": "x"}, TypeError, "start must be an integer, got str"),
+        ({"n": np.array([0, 1]), "start": True}, TypeError, "start must be an integer, got bool"),
+        ({"n": np.array([0, 1]), "start": 1.5}, TypeError, "start must be an integer, got float"),
+        ({"n": np.array([0, 1]), "start": None}, TypeError, "start must be an integer"),
     ],
 )
 def test_rope_errors(kwargs, exc, text):

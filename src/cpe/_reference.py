@@ -401,9 +401,10 @@ def rope_cos_sin(
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """``cos(p w_j)``, ``sin(p w_j)`` with ``w_j = base ** (-2j / head_dim)``, each
     frequency twice: ``[w_0 .. w_{d/2-1}, w_0 .. w_{d/2-1}]`` ("half") or
-    ``[w_0, w_0, w_1, w_1, ...]`` ("interleaved"). An integer ``n`` means the
-    positions ``start ... start + n - 1``; anything else is the positions."""
-    if isinstance(n, (int, np.integer)):
+    ``[w_0, w_0, w_1, w_1, ...]`` ("interleaved"). An integer ``n`` (0-d integer
+    arrays included) means the positions ``start ... start + n - 1``; anything
+    else is the positions."""
+    if np.ndim(n) == 0 and np.asarray(n).dtype.kind in "iu":
         p = np.arange(start, start + n, dtype=np.float64)
     else:
         p = np.asarray(n, dtype=np.float64)

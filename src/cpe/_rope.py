@@ -47,14 +47,17 @@ def rope_cos_sin(
     Parameters
     ----------
     n : int or array_like of int or float
-        An integer: the rows are positions ``start ... start + n - 1``. An array:
-        the positions themselves (position ids of any shape).
+        An integer: the rows are positions ``start ... start + n - 1``. Anything
+        ``operator.index`` accepts counts as an integer, 0-d integer arrays and
+        tensors included, as in ``range`` and ``numpy.zeros``. An array (or a
+        float): the positions themselves (position ids of any shape).
     head_dim : int
         Width of each table, a positive even number.
     base : float, optional
         RoPE's ``theta`` (10000 in the paper, 500000 in Llama 3), ``> 0``.
     start : int, optional
-        First position when ``n`` is an integer.
+        First position when ``n`` is an integer. With positions for ``n`` it
+        must be 0: add an offset to the positions themselves.
     layout : {"half", "interleaved"}, optional
         Column order, as above.
     dtype : {float64, float32, float16}, optional
@@ -93,6 +96,7 @@ def rope_cos_sin(
     kernel_layout = "sin_cos" if layout == "half" else "interleaved"
     if _is_count(n):
         return _rope_table(n, width, start, base, dtype, kernel_layout)
+    _check_no_offset(start)
     try:
         table = positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
     except (TypeError, ValueError) as exc:
@@ -182,6 +186,22 @@ def _rope_table(
         )
         _split(block, sin[i : i + chunk], kernel_layout)
     return cos, sin
+
+
+def _check_no_offset(start: Any) -> None:
+    """``start`` with positions for ``n``: an integer, 0. A silently ignored offset
+    would give the tables of the wrong positions."""
+    if isinstance(start, (bool, np.bool_)):
+        raise TypeError("start must be an integer, got bool")
+    try:
+        first = operator.index(start)
+    except TypeError:
+        raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
+    if first != 0:
+        raise ValueError(
+            f"start must be 0 when n is an array of positions (add the offset to the "
+            f"positions), got start={first}"
+        )
 
 
 def _is_count(n: Any) -> TypeGuard[int]:
