@@ -49,6 +49,15 @@ BIG_REQUESTS = {
     "ids f32, one and two digits": (
         "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32)"
     ),
+    # RoPE tables of 16 MiB together: built in a buffer and streamed; rows of
+    # 24 bytes (not a multiple of 16) are written in place instead.
+    "rope f32 half": (
+        "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32))"
+    ),
+    "rope f64 interleaved": (
+        "np.stack(cpe.rope_cos_sin(8192, 128, start=10**6 - 8192, layout='interleaved'))"
+    ),
+    "rope f32, rows of 24 bytes": "np.stack(cpe.rope_cos_sin(350000, 6, dtype=np.float32))",
 }
 
 # buffers.py's source, for the subprocesses.
@@ -113,7 +122,37 @@ def test_in_process_results_match_the_subprocess():
     assert here == digests()
 
 
-@pytest.mark.parametrize("name", list(BIG_REQUESTS))
+def rope_column(k: int, head_dim: int, layout: str, table: int) -> int:
+    """The encoding column (sin at 2j, cos at 2j + 1) of column k of RoPE's cos
+    (table 0) or sin (table 1) table."""
+    j = k % (head_dim // 2) if layout == "half" else k // 2
+    return 2 * j + (1 - table)
+
+
+@pytest.mark.parametrize("name", [name for name in BIG_REQUESTS if name.startswith("rope")])
+def test_big_rope_tables_meet_the_bounds(name, report_error):
+    tables = eval(BIG_REQUESTS[name], namespace())
+    _, n, head_dim = tables.shape
+    layout = "interleaved" if "interleaved" in name else "half"
+    first = 10**6 - n if "start" in BIG_REQUESTS[name] else 0
+    rng = np.random.default_rng(len(name))
+    bound = 3.0e-8 if tables.dtype == np.float32 else 1e-15
+    for table in (0, 1):
+        for i in rng.integers(0, n, 30).tolist():
+            for k in rng.integers(0, head_dim, 6).tolist():
+                report_error(
+                    f"{tables.dtype.name}, outputs >= 16 MiB (streamed)",
+                    error(
+                        tables[table, i, k],
+                        first + i,
+                        head_dim,
+                        rope_column(k, head_dim, layout, table),
+                    ),
+                    bound,
+                )
+
+
+@pytest.mark.parametrize("name", [name for name in BIG_REQUESTS if not name.startswith("rope")])
 def test_big_outputs_meet_the_bounds(name, report_error):
     array = eval(BIG_REQUESTS[name], namespace())
     rng = np.random.default_rng(len(name))

@@ -44,6 +44,14 @@ cdef extern from "cpe_rows.h":
     void cpe_store_blocked_float(float* sines, float* cosines, const double* a,
                                  const double* b, Py_ssize_t n_pairs,
                                  Py_ssize_t n_freq) noexcept nogil
+    void cpe_rope_half_double(double* cos_row, double* sin_row, const double* a,
+                              const double* b, Py_ssize_t n) noexcept nogil
+    void cpe_rope_half_float(float* cos_row, float* sin_row, const double* a,
+                             const double* b, Py_ssize_t n) noexcept nogil
+    void cpe_rope_interleaved_double(double* cos_row, double* sin_row, const double* a,
+                                     const double* b, Py_ssize_t n) noexcept nogil
+    void cpe_rope_interleaved_float(float* cos_row, float* sin_row, const double* a,
+                                    const double* b, Py_ssize_t n) noexcept nogil
     double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
                           Py_ssize_t n) noexcept nogil
     void cpe_chain_interleaved_double(double* row, const double* const* rows, int count,
@@ -365,6 +373,53 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
         sines[j * c.sin_step] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
     for j in range(c.zero_from, width):
         row[j] = 0
+
+
+cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
+                                     const double* b, Py_ssize_t n_freq,
+                                     int layout) noexcept nogil:
+    # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
+    # _store_product, then _rope_split, written once.
+    if layout == CPE_LAYOUT_SIN_COS:
+        if floating is double:
+            cpe_rope_half_double(cos_row, sin_row, a, b, n_freq)
+        else:
+            cpe_rope_half_float(cos_row, sin_row, a, b, n_freq)
+    else:
+        if floating is double:
+            cpe_rope_interleaved_double(cos_row, sin_row, a, b, n_freq)
+        else:
+            cpe_rope_interleaved_float(cos_row, sin_row, a, b, n_freq)
+
+
+# Rows of a streamed RoPE block built at a time: both chunks stay in L1.
+cdef Py_ssize_t _ROPE_CHUNK_BYTES = 8 * 1024
+
+
+cdef inline void _store_rope_block(floating* cos_rows, floating* sin_rows, Py_ssize_t n_rows,
+                                   const double* low, const double* b, Py_ssize_t n_freq,
+                                   int layout, floating* buffer,
+                                   Py_ssize_t chunk) noexcept nogil:
+    # RoPE rows i < n_rows of the products of low row i and b; with a buffer,
+    # chunk rows at a time built there and streamed (rows 16-byte aligned).
+    cdef Py_ssize_t i, k, width = 2 * n_freq
+    cdef size_t nbytes
+    if buffer == NULL:
+        for i in range(n_rows):
+            _store_rope_product(cos_rows + i * width, sin_rows + i * width,
+                                low + 2 * n_freq * i, b, n_freq, layout)
+        return
+    cdef floating* cos_buffer = <floating*>_line_start(<double*>buffer)
+    cdef floating* sin_buffer = cos_buffer + chunk * width
+    i = 0
+    while i < n_rows:
+        for k in range(min(chunk, n_rows - i)):
+            _store_rope_product(cos_buffer + k * width, sin_buffer + k * width,
+                                low + 2 * n_freq * (i + k), b, n_freq, layout)
+        nbytes = min(chunk, n_rows - i) * width * sizeof(floating)
+        cpe_stream_bytes(<char*>(cos_rows + i * width), <const char*>cos_buffer, nbytes)
+        cpe_stream_bytes(<char*>(sin_rows + i * width), <const char*>sin_buffer, nbytes)
+        i += chunk
 
 
 cdef inline void _store_chain(floating* row, const double** chain, int count,
@@ -848,13 +903,24 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
         return CPE_OK
 
     cdef digits t
-    # (RoPE rows are read back at once: no streaming for them.)
     cdef bint stream = _streaming(n_rows, width, sizeof(floating)) and rope_sin == NULL
+    # RoPE tables of 16 MiB and more (both together) are built a chunk of rows at
+    # a time in a buffer, from which they are streamed.
+    cdef floating* rope_buffer = NULL
+    cdef Py_ssize_t rope_chunk = 0
+    if (rope_sin != NULL and _streaming(2 * n_rows, width, sizeof(floating))
+            and (width * sizeof(floating)) % 16 == 0
+            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>rope_sin) % 16 == 0):
+        rope_chunk = max(1, _ROPE_CHUNK_BYTES // (width * <Py_ssize_t>sizeof(floating)))
+        rope_buffer = <floating*>malloc(2 * rope_chunk * width * sizeof(floating) + 64)
+        if rope_buffer == NULL:
+            return CPE_ERR_NOMEM
     cdef Py_ssize_t offset = -1
     if stream and c.sin_step == 2:
         offset = _stream_offset(out, width, sizeof(floating))
     if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix,
                     offset) != CPE_OK:
+        free(rope_buffer)
         return CPE_ERR_NOMEM
     radix = t.radix
     for d2 in range(t.n_high):
@@ -864,14 +930,17 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                 break
             _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
                            t.high + 2 * n_freq * d2, n_freq)
+            if rope_sin != NULL:
+                _store_rope_block(out + row0 * width, rope_sin + row0 * width,
+                                  min(radix, n_rows - row0), t.low, t.scratch, n_freq,
+                                  layout, rope_buffer, rope_chunk)
+                continue
             for d0 in range(min(radix, n_rows - row0)):
                 _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
                                t.scratch, &c, width, stream)
-            if rope_sin != NULL:
-                _rope_split(out + row0 * width, rope_sin + row0 * width,
-                            min(radix, n_rows - row0), width, layout)
     _digits_free(&t)
-    if stream:
+    free(rope_buffer)
+    if stream or rope_buffer != NULL:
         cpe_stream_fence()
     if start <= 0 and start + <double>n_rows > 0:
         i = <Py_ssize_t>(-start)
