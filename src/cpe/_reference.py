@@ -405,7 +405,8 @@ def rope_cos_sin(
     arrays included) means the positions ``start ... start + n - 1``; anything
     else is the positions."""
     if np.ndim(n) == 0 and np.asarray(n).dtype.kind in "iu":
-        p = np.arange(start, start + n, dtype=np.float64)
+        count = int(np.asarray(n))
+        p = np.arange(start, start + count, dtype=np.float64)
     else:
         p = np.asarray(n, dtype=np.float64)
     angle = p[..., None] * frequencies(head_dim, base)
