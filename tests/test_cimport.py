@@ -42,6 +42,8 @@ DOWNSTREAM = textwrap.dedent(
         CPE_OK,
         digit_levels,
         fill_positions_levels_f64,
+        fill_rope_table_f32,
+        fill_rope_table_f64,
         fill_table_levels_f32,
         fill_table_levels_f64,
         fill_positions_f32,
@@ -212,6 +214,31 @@ DOWNSTREAM = textwrap.dedent(
             if status == CPE_OK:
                 status = fill_table_f64(&out[0, 0], 0.0, out.shape[0], out.shape[1],
                                         w, w + 32, n_freq, CPE_LAYOUT_INTERLEAVED)
+        return status
+
+
+    def rope_tables(cos, sin, double start, double base, bint interleaved):
+        """fill_rope_table_f64/_f32 on the caller's (n, head_dim) arrays, no levels."""
+        cdef double[:, ::1] cos64, sin64
+        cdef float[:, ::1] cos32, sin32
+        cdef Py_ssize_t n_rows = cos.shape[0], head_dim = cos.shape[1]
+        cdef Py_ssize_t n_freq = head_dim // 2
+        cdef int status = CPE_OK
+        cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+        if w == NULL:
+            raise MemoryError()
+        status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
+        if status == CPE_OK and cos.dtype.itemsize == 8:
+            cos64, sin64 = cos, sin
+            with nogil:
+                status = fill_rope_table_f64(&cos64[0, 0], &sin64[0, 0], start, n_rows,
+                                             head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+        elif status == CPE_OK:
+            cos32, sin32 = cos, sin
+            with nogil:
+                status = fill_rope_table_f32(&cos32[0, 0], &sin32[0, 0], start, n_rows,
+                                             head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+        free(w)
         return status
 
 
@@ -429,6 +456,52 @@ def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleTy
     out = np.full((40, 8), 7.0)
     assert downstream.table_digits(out, 0.0, 1) == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
     np.testing.assert_array_equal(out, 7.0)
+
+
+def _offset_table(shape: tuple[int, int], dtype: type, offset: int) -> np.ndarray:
+    """A C-contiguous array ``offset`` bytes past a 64-byte line, filled with NaN."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(shape[0] * shape[1] * itemsize + 128, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    table = raw[start : start + shape[0] * shape[1] * itemsize].view(dtype).reshape(shape)
+    table[...] = np.nan
+    return table
+
+
+@pytest.mark.parametrize(
+    ("n", "head_dim", "dtype", "offsets"),
+    [
+        (300, 64, np.float64, (0, 0)),  # small: rows written in place
+        (9, 6, np.float32, (4, 12)),
+        # 16 MiB and more together: built in a buffer and streamed when both
+        # tables start on a 16-byte boundary (and rows are multiples of 16 bytes),
+        # written in place otherwise
+        (8192, 128, np.float64, (16, 48)),
+        (8192, 128, np.float64, (16, 8)),
+        (16384, 132, np.float32, (0, 16)),  # blocks of 32 rows, chunks of 15
+        (16384, 132, np.float32, (4, 4)),
+    ],
+)
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_kernel_on_the_callers_buffers(
+    downstream: ModuleType,
+    n: int,
+    head_dim: int,
+    dtype: type,
+    offsets: tuple[int, int],
+    interleaved: bool,
+) -> None:
+    start = 10**6 - n
+    cos = _offset_table((n, head_dim), dtype, offsets[0])
+    sin = _offset_table((n, head_dim), dtype, offsets[1])
+    assert downstream.rope_tables(cos, sin, float(start), 500000.0, interleaved) == 0
+    layout = "interleaved" if interleaved else "half"
+    expected = cpe.rope_cos_sin(n, head_dim, base=500000.0, start=start, dtype=dtype, layout=layout)
+    # The bare kernel makes its own digit rows, the Python layer may use cached
+    # ones: both are within the bounds, not always the same bits.
+    atol = 2e-15 if dtype == np.float64 else 6e-8
+    np.testing.assert_allclose(cos, expected[0], rtol=0, atol=atol)
+    np.testing.assert_allclose(sin, expected[1], rtol=0, atol=atol)
 
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"

@@ -49,15 +49,20 @@ BIG_REQUESTS = {
     "ids f32, one and two digits": (
         "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32)"
     ),
-    # RoPE tables of 16 MiB together: built in a buffer and streamed; rows of
-    # 24 bytes (not a multiple of 16) are written in place instead.
+    # RoPE tables of 16 MiB together: built in a buffer, 8 KiB of rows at a time,
+    # and streamed; blocks of 32 rows (head_dim > 128) end in a partial chunk.
+    # Rows of 520 bytes, not a multiple of 16, are written in place instead
+    # (streamed, the second chunk would start off a 16-byte boundary).
     "rope f32 half": (
         "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32))"
     ),
     "rope f64 interleaved": (
         "np.stack(cpe.rope_cos_sin(8192, 128, start=10**6 - 8192, layout='interleaved'))"
     ),
-    "rope f32, rows of 24 bytes": "np.stack(cpe.rope_cos_sin(350000, 6, dtype=np.float32))",
+    "rope f32, partial chunks": (
+        "np.stack(cpe.rope_cos_sin(16384, 132, start=10**6 - 16384, dtype=np.float32))"
+    ),
+    "rope f32, rows of 520 bytes": "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32))",
 }
 
 # buffers.py's source, for the subprocesses.

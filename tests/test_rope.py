@@ -108,8 +108,8 @@ def test_float32_arithmetic_rope_is_measurably_worse():
         ({"dtype": "int64"}, TypeError, "dtype"),
         # Position ids carry their own offsets: a start beside them is refused,
         # not ignored (it used to be, unchecked).
-        ({"n": np.array([[0, 1, 2]]), "start": 100}, ValueError, "start must be 0 when n is"),
-        ({"n": [3.5], "start": -1}, ValueError, "start must be 0 when n is"),
+        ({"n": np.array([[0, 1, 2]]), "start": 100}, ValueError, "start must be 0 when n gives"),
+        ({"n": 3.5, "start": -1}, ValueError, "start must be 0 when n gives"),
         ({"n": np.array([0, 1]), "start": "x"}, TypeError, "start must be an integer, got str"),
         ({"n": np.array([0, 1]), "start": True}, TypeError, "start must be an integer, got bool"),
         ({"n": np.array([0, 1]), "start": 1.5}, TypeError, "start must be an integer, got float"),

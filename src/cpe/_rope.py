@@ -91,8 +91,9 @@ def rope_cos_sin(
     _check_dtype(dtype)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
-    # The kernel writes [sin | cos] (or sin, cos interleaved) into what becomes
-    # the cos table; the duplicated columns are then copied, exactly.
+    # Tables of float64/float32 come from the RoPE kernel, which writes both at
+    # once. Position ids (and float16) take an encoding in the matching layout,
+    # [sin | cos] or interleaved, whose columns _split then copies, exactly.
     kernel_layout = "sin_cos" if layout == "half" else "interleaved"
     if _is_count(n):
         return _rope_table(n, width, start, base, dtype, kernel_layout)
@@ -199,8 +200,8 @@ def _check_no_offset(start: Any) -> None:
         raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
     if first != 0:
         raise ValueError(
-            f"start must be 0 when n is an array of positions (add the offset to the "
-            f"positions), got start={first}"
+            f"start must be 0 when n gives the positions (an array or a float; add "
+            f"the offset to them), got start={first}"
         )
 
 

@@ -939,9 +939,9 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                 _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
                                t.scratch, &c, width, stream)
     _digits_free(&t)
-    free(rope_buffer)
     if stream or rope_buffer != NULL:
         cpe_stream_fence()
+    free(rope_buffer)
     if start <= 0 and start + <double>n_rows > 0:
         i = <Py_ssize_t>(-start)
         _store_origin(out + i * width, &c, width,
