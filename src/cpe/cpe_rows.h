@@ -279,33 +279,22 @@ CPE_STORE_BLOCKED(float)
 /* RoPE's rows of x + y: each (co)sine twice, as [v_0 .. v_{n-1}, v_0 .. v_{n-1}]
    ("half") or [v_0, v_0, v_1, v_1, ...]. The values of cpe_store_*, written
    once where they go, instead of an encoding row rearranged afterwards. */
-#define CPE_ROPE_STORES(T)                                                              \
-    CPE_ALWAYS_INLINE void cpe_rope_half_##T##_impl(                                    \
+#define CPE_ROPE_STORE(T, name, STORE)                                                  \
+    CPE_ALWAYS_INLINE void cpe_rope_##name##_##T##_impl(                                \
             T *CPE_RESTRICT cos_row, T *CPE_RESTRICT sin_row, const double *a,          \
             const double *b, Py_ssize_t n) {                                            \
         const double *a_c = a + n, *b_c = b + n;                                        \
         for (Py_ssize_t j = 0; j < n; j++) {                                            \
             T s = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                                   \
             T c = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                                   \
-            cos_row[j] = c;                                                             \
-            cos_row[n + j] = c;                                                         \
-            sin_row[j] = s;                                                             \
-            sin_row[n + j] = s;                                                         \
-        }                                                                               \
-    }                                                                                   \
-    CPE_ALWAYS_INLINE void cpe_rope_interleaved_##T##_impl(                             \
-            T *CPE_RESTRICT cos_row, T *CPE_RESTRICT sin_row, const double *a,          \
-            const double *b, Py_ssize_t n) {                                            \
-        const double *a_c = a + n, *b_c = b + n;                                        \
-        for (Py_ssize_t j = 0; j < n; j++) {                                            \
-            T s = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                                   \
-            T c = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                                   \
-            cos_row[2 * j] = c;                                                         \
-            cos_row[2 * j + 1] = c;                                                     \
-            sin_row[2 * j] = s;                                                         \
-            sin_row[2 * j + 1] = s;                                                     \
+            STORE;                                                                      \
         }                                                                               \
     }
+#define CPE_ROPE_STORES(T)                                                              \
+    CPE_ROPE_STORE(T, half, (cos_row[j] = cos_row[n + j] = c,                           \
+                             sin_row[j] = sin_row[n + j] = s))                          \
+    CPE_ROPE_STORE(T, interleaved, (cos_row[2 * j] = cos_row[2 * j + 1] = c,            \
+                                    sin_row[2 * j] = sin_row[2 * j + 1] = s))
 CPE_ROPE_STORES(double)
 CPE_ROPE_STORES(float)
 
@@ -376,22 +365,15 @@ CPE_MULTIVERSION_OWN_AVX512(cpe_store_interleaved_float,
                  (float *row, const double *a, const double *b, Py_ssize_t n_pairs,
                   Py_ssize_t n_freq),
                  (row, a, b, n_pairs, n_freq))
-CPE_MULTIVERSION(cpe_rope_half_double,
-                 (double *cos_row, double *sin_row, const double *a, const double *b,
-                  Py_ssize_t n),
-                 (cos_row, sin_row, a, b, n))
-CPE_MULTIVERSION(cpe_rope_half_float,
-                 (float *cos_row, float *sin_row, const double *a, const double *b,
-                  Py_ssize_t n),
-                 (cos_row, sin_row, a, b, n))
-CPE_MULTIVERSION(cpe_rope_interleaved_double,
-                 (double *cos_row, double *sin_row, const double *a, const double *b,
-                  Py_ssize_t n),
-                 (cos_row, sin_row, a, b, n))
-CPE_MULTIVERSION(cpe_rope_interleaved_float,
-                 (float *cos_row, float *sin_row, const double *a, const double *b,
-                  Py_ssize_t n),
-                 (cos_row, sin_row, a, b, n))
+#define CPE_ROPE_MULTIVERSION(name, T)                                                 \
+    CPE_MULTIVERSION(name,                                                             \
+                     (T *cos_row, T *sin_row, const double *a, const double *b,         \
+                      Py_ssize_t n),                                                   \
+                     (cos_row, sin_row, a, b, n))
+CPE_ROPE_MULTIVERSION(cpe_rope_half_double, double)
+CPE_ROPE_MULTIVERSION(cpe_rope_half_float, float)
+CPE_ROPE_MULTIVERSION(cpe_rope_interleaved_double, double)
+CPE_ROPE_MULTIVERSION(cpe_rope_interleaved_float, float)
 CPE_MULTIVERSION(cpe_store_blocked_double,
                  (double *sines, double *cosines, const double *a, const double *b,
                   Py_ssize_t n_pairs, Py_ssize_t n_freq),
