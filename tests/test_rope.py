@@ -50,14 +50,27 @@ def test_integer_like_n_is_a_count_and_a_float_is_a_position():
     np.testing.assert_allclose(cos[[0, 2]], np.cos(5.0), rtol=0, atol=1e-15)  # w_0 = 1
 
 
+# Small tables, and tables of 256 KiB and more, which share one allocation.
+POSITION_IDS = [
+    np.array([[0, 5, 9, 9], [100, 3, 2, 1]]),
+    np.random.default_rng(7).integers(0, 8192, (3, 1000)),
+]
+
+
+@pytest.mark.parametrize("ids", POSITION_IDS, ids=["small", "shared allocation"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_position_ids(layout):
-    ids = np.array([[0, 5, 9, 9], [100, 3, 2, 1]])
-    cos, sin = cpe.rope_cos_sin(ids, 16, layout=layout)
-    assert cos.shape == sin.shape == (2, 4, 16)
-    table_cos, table_sin = cpe.rope_cos_sin(101, 16, layout=layout)
-    np.testing.assert_allclose(cos, table_cos[ids], rtol=0, atol=2e-15)
-    np.testing.assert_allclose(sin, table_sin[ids], rtol=0, atol=2e-15)
+def test_position_ids(ids, dtype, layout):
+    cos, sin = cpe.rope_cos_sin(ids, 16, layout=layout, dtype=dtype)
+    assert cos.shape == sin.shape == (*ids.shape, 16)
+    assert cos.dtype == sin.dtype == dtype
+    assert cos.flags.c_contiguous
+    assert sin.flags.c_contiguous
+    assert not np.shares_memory(cos, sin)
+    table_cos, table_sin = cpe.rope_cos_sin(int(ids.max()) + 1, 16, layout=layout)
+    atol = {np.float64: 2e-15, np.float32: 6e-8, np.float16: 1e-3}[dtype]
+    np.testing.assert_allclose(cos, table_cos[ids], rtol=0, atol=atol)
+    np.testing.assert_allclose(sin, table_sin[ids], rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
