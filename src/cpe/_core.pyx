@@ -931,15 +931,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
                               layout=None, freq_shift=None, scale=1.0, convention=None):
     cdef Py_ssize_t rows = _as_count(n, "n", 0)
     cdef Py_ssize_t width = _as_count(D, "D", 1)
-    if type(start) is int:
-        first = start
-    elif isinstance(start, (bool, np.bool_)):
-        raise TypeError("start must be an integer, got bool")
-    else:
-        try:
-            first = operator.index(start)
-        except TypeError:
-            raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
+    first = start if type(start) is int else _as_start(start)
     if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
         raise ValueError("start and start + n must be integers of magnitude <= 2**53")
     cdef double b = _as_base(base)
@@ -1025,6 +1017,21 @@ def _check_real(value, name):
 def _check_base(base):
     """``base`` as a finite float ``> 0``."""
     return _as_base(base)
+
+
+cdef object _as_start(start):
+    """``start`` as a Python int (any size), or a TypeError naming it."""
+    if isinstance(start, (bool, np.bool_)):
+        raise TypeError("start must be an integer, got bool")
+    try:
+        return operator.index(start)
+    except TypeError:
+        raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
+
+
+def _check_start(start):
+    """``start`` as an int, or a TypeError naming it (any magnitude)."""
+    return _as_start(start)
 
 
 def _check_dtype(dtype):

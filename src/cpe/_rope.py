@@ -15,6 +15,7 @@ from cpe._core import (
     _check_count,
     _check_dtype,
     _check_out,
+    _check_start,
     _fill_rope,
     positional_encoding,
     positional_encoding_table,
@@ -236,12 +237,7 @@ def _check_no_offset(start: Any) -> None:
     would give the tables of the wrong positions."""
     if type(start) is int and start == 0:  # the default, at once
         return
-    if isinstance(start, (bool, np.bool_)):
-        raise TypeError("start must be an integer, got bool")
-    try:
-        first = operator.index(start)
-    except TypeError:
-        raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
+    first = _check_start(start)
     if first != 0:
         raise ValueError(
             f"start must be 0 when n gives the positions (an array or a float; add "
