@@ -42,6 +42,8 @@ DOWNSTREAM = textwrap.dedent(
         CPE_OK,
         digit_levels,
         fill_positions_levels_f64,
+        fill_rope_positions_f32,
+        fill_rope_positions_f64,
         fill_rope_table_f32,
         fill_rope_table_f64,
         fill_table_levels_f32,
@@ -238,6 +240,38 @@ DOWNSTREAM = textwrap.dedent(
             with nogil:
                 status = fill_rope_table_f32(&cos32[0, 0], &sin32[0, 0], start, n_rows,
                                              head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+        free(w)
+        return status
+
+
+    def rope_positions(cos, sin, const double[::1] positions, double base, bint interleaved,
+                       bint with_levels):
+        """fill_rope_positions_f64/_f32 on the caller's (n, head_dim) arrays, with
+        the caller's four levels of radix 16 or none."""
+        cdef double[:, ::1] cos64, sin64
+        cdef float[:, ::1] cos32, sin32
+        cdef Py_ssize_t n = positions.shape[0], head_dim = cos.shape[1]
+        cdef Py_ssize_t n_freq = head_dim // 2
+        cdef int status = CPE_OK
+        cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq * (1 + 64))
+        if w == NULL:
+            raise MemoryError()
+        cdef double* levels = w + 2 * n_freq if with_levels else NULL
+        status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
+        if status == CPE_OK and with_levels:
+            status = digit_levels(levels, 16, 4, w, w + n_freq, n_freq)
+        if status == CPE_OK and cos.dtype.itemsize == 8:
+            cos64, sin64 = cos, sin
+            with nogil:
+                status = fill_rope_positions_f64(&cos64[0, 0], &sin64[0, 0], &positions[0], n,
+                                                 head_dim, w, w + n_freq, interleaved, levels,
+                                                 16, 4)
+        elif status == CPE_OK:
+            cos32, sin32 = cos, sin
+            with nogil:
+                status = fill_rope_positions_f32(&cos32[0, 0], &sin32[0, 0], &positions[0], n,
+                                                 head_dim, w, w + n_freq, interleaved, levels,
+                                                 16, 4)
         free(w)
         return status
 
@@ -502,6 +536,48 @@ def test_rope_kernel_on_the_callers_buffers(
     atol = 2e-15 if dtype == np.float64 else 6e-8
     np.testing.assert_allclose(cos, expected[0], rtol=0, atol=atol)
     np.testing.assert_allclose(sin, expected[1], rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        np.array([0.0, 5.0, -3.0, 65535.0, 1234.0]),  # digits (with levels), negated sines
+        np.arange(-1000.0, 1000.0),  # a dense span: digit tables without levels
+        np.array([1e6 + 0.5, -(2.0**40), 7.25]),  # a row of sines and cosines each
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("with_levels", [False, True])
+def test_rope_positions_kernel_on_the_callers_buffers(
+    downstream: ModuleType,
+    positions: np.ndarray,
+    dtype: type,
+    interleaved: bool,
+    with_levels: bool,
+) -> None:
+    n, head_dim = len(positions), 12
+    cos = _offset_table((n, head_dim), dtype, 4)
+    sin = _offset_table((n, head_dim), dtype, 8)
+    status = downstream.rope_positions(cos, sin, positions, 500000.0, interleaved, with_levels)
+    assert status == 0
+    layout = "interleaved" if interleaved else "half"
+    expected = cpe.rope_cos_sin(positions, head_dim, base=500000.0, dtype=dtype, layout=layout)
+    atol = 1e-15 * max(1.0, np.abs(positions).max()) if dtype == np.float64 else 6e-8
+    np.testing.assert_allclose(cos, expected[0], rtol=0, atol=atol)
+    np.testing.assert_allclose(sin, expected[1], rtol=0, atol=atol)
+
+
+def test_rope_positions_kernel_rejects_before_writing(downstream: ModuleType) -> None:
+    cos, sin = np.full((2, 4), 7.0), np.full((2, 4), 7.0)
+    for positions in (np.array([1.0, np.nan]), np.array([np.inf, 1.0])):
+        status = downstream.rope_positions(cos, sin, positions, 10000.0, False, False)
+        assert status == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
+    odd_cos, odd_sin = np.full((2, 5), 7.0), np.full((2, 5), 7.0)  # head_dim must be even
+    status = downstream.rope_positions(odd_cos, odd_sin, np.zeros(2), 10000.0, False, False)
+    assert status == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
+    for array in (cos, sin, odd_cos, odd_sin):
+        assert (array == 7.0).all()
 
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"

@@ -50,14 +50,14 @@ def test_integer_like_n_is_a_count_and_a_float_is_a_position():
     np.testing.assert_allclose(cos[[0, 2]], np.cos(5.0), rtol=0, atol=1e-15)  # w_0 = 1
 
 
-# Small tables, and tables of 256 KiB and more, which share one allocation.
+# Both tables of any size share one allocation; neither is a view of the other.
 POSITION_IDS = [
     np.array([[0, 5, 9, 9], [100, 3, 2, 1]]),
     np.random.default_rng(7).integers(0, 8192, (3, 1000)),
 ]
 
 
-@pytest.mark.parametrize("ids", POSITION_IDS, ids=["small", "shared allocation"])
+@pytest.mark.parametrize("ids", POSITION_IDS, ids=["small", "3x1000"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_position_ids(ids, dtype, layout):
@@ -164,3 +164,43 @@ def test_tables_are_the_encoding_table_rearranged(n, head_dim, start, layout, dt
     assert cos.dtype == sin.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(cos, want_cos)
     np.testing.assert_array_equal(sin, want_sin)
+
+
+# Positions that reach each path of the position kernel: products of one to
+# four digit rows (kept, or made for the request at head_dim 8192), negated
+# sines, digit tables of a dense span across 0 beyond 65536, and a row of
+# sines and cosines per position.
+POSITION_SETS = {
+    "digits": np.random.default_rng(3).integers(-65535, 65536, (4, 25)),
+    "one digit row": np.array([0, 1, 255, -7]),
+    "dense span across 0": np.arange(-70000, 70000, 100),
+    "sparse and huge": np.array([2**50, -(2**45) + 1, 10**12, 3]),
+    "real-valued": np.array([[0.5, -1e5 / 3], [2.25, 999.0]]),
+    "0-d float": np.array(1234.0),  # a 0-d integer array is a row count
+}
+POSITION_CASES = [
+    *((ids, head_dim) for ids in POSITION_SETS for head_dim in (2, 16, 512)),
+    ("digits", 8192),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize(("ids", "head_dim"), POSITION_CASES)
+def test_position_tables_are_the_encoding_rearranged(ids, head_dim, layout, dtype):
+    # The kernel writes both tables row by row; the values are those of the
+    # encoding of the same positions, whatever path its rows take.
+    positions = POSITION_SETS[ids]
+    cos, sin = cpe.rope_cos_sin(positions, head_dim, base=500000.0, layout=layout, dtype=dtype)
+    table = cpe.positional_encoding(
+        positions,
+        head_dim,
+        base=500000.0,
+        dtype=dtype,
+        layout="sin_cos" if layout == "half" else "interleaved",
+    )
+    want_cos, want_sin = split_table(table.reshape(-1, head_dim), layout)
+    assert cos.shape == sin.shape == table.shape
+    assert cos.dtype == sin.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(cos.reshape(-1, head_dim), want_cos)
+    np.testing.assert_array_equal(sin.reshape(-1, head_dim), want_sin)

@@ -43,3 +43,6 @@ def _fill_rope(
     base: object,
     interleaved: bool,
 ) -> None: ...
+def _rope_positions(
+    position: object, head_dim: int, base: object, dtype: object, interleaved: bool
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...

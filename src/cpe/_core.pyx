@@ -28,6 +28,8 @@ from cpe.kernels cimport (
     fill_angle_sum_f64,
     fill_positions_levels_f32,
     fill_positions_levels_f64,
+    fill_rope_positions_f32,
+    fill_rope_positions_f64,
     fill_rope_table_f32,
     fill_rope_table_f64,
     fill_table_levels_f32,
@@ -1074,3 +1076,58 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
                                          enc.w_hi, enc.w_lo, interleaved, levels, radix,
                                          n_levels)
     _raise_for(status)
+
+
+def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved):
+    """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape).
+
+    For cpe._rope, which has checked ``head_dim`` (even, >= 2). The positions,
+    ``base`` and ``dtype`` are checked as positional_encoding checks them, with
+    its messages. Both tables share one allocation: two of a few MiB each would,
+    with glibc's default thresholds, be page-faulted again on every call.
+    """
+    cdef double b = _as_base(base)
+    dt = _as_dtype(dtype)
+    arr = _position_array(position)
+    both = _prepare_out(None, (2,) + arr.shape + (head_dim,), dt, "position and D")
+    cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, arr.size != 0)
+    if arr.size == 0:
+        return both[0], both[1]
+    cdef cnp.ndarray pos = _positions_float64(arr)
+    cdef cnp.ndarray target = _kernel_target(both, dt)
+    cdef const double* positions = <const double*>_address(pos)
+    cdef Py_ssize_t n = pos.size
+    cdef const double* levels
+    cdef Py_ssize_t radix, n_levels
+    # alive while the kernel reads levels
+    _levels_owner = _digits_for_positions(enc, positions, n, &levels, &radix, &n_levels)
+    cdef bint single = dt is _FLOAT32
+    cdef char* cos_data = _address(target)
+    cdef char* sin_data = cos_data + n * head_dim * cnp.PyArray_ITEMSIZE(target)
+    cdef int status
+    if n * head_dim < _NOGIL_VALUES:
+        status = _rope_positions_kernel(cos_data, sin_data, single, positions, n, head_dim,
+                                        enc, interleaved, levels, radix, n_levels)
+    else:
+        with nogil:
+            status = _rope_positions_kernel(cos_data, sin_data, single, positions, n,
+                                            head_dim, enc, interleaved, levels, radix,
+                                            n_levels)
+    _raise_for(status)
+    if target is not both:
+        both[...] = target
+    return both[0], both[1]
+
+
+cdef inline int _rope_positions_kernel(char* cos_data, char* sin_data, bint single,
+                                       const double* positions, Py_ssize_t n,
+                                       Py_ssize_t head_dim, _Encoding enc, bint interleaved,
+                                       const double* levels, Py_ssize_t radix,
+                                       Py_ssize_t n_levels) noexcept nogil:
+    if single:
+        return fill_rope_positions_f32(<float*>cos_data, <float*>sin_data, positions, n,
+                                       head_dim, enc.w_hi, enc.w_lo, interleaved, levels,
+                                       radix, n_levels)
+    return fill_rope_positions_f64(<double*>cos_data, <double*>sin_data, positions, n,
+                                   head_dim, enc.w_hi, enc.w_lo, interleaved, levels, radix,
+                                   n_levels)

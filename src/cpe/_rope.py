@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import operator
 import sys
 from typing import Any, TypeGuard
@@ -17,7 +16,7 @@ from cpe._core import (
     _check_out,
     _check_start,
     _fill_rope,
-    positional_encoding,
+    _rope_positions,
     positional_encoding_table,
 )
 
@@ -93,61 +92,16 @@ def rope_cos_sin(
     output_dtype = _check_dtype(dtype)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
-    # Tables of float64/float32 come from the RoPE kernel, which writes both at
-    # once. Position ids (and float16) take an encoding in the matching layout,
-    # [sin | cos] or interleaved, whose columns _split then copies, exactly.
-    kernel_layout = "sin_cos" if layout == "half" else "interleaved"
+    # The RoPE kernel writes both tables at once, from consecutive positions or
+    # from any; float16 tables take float64 rows rounded once.
     if _is_count(n):
+        kernel_layout = "sin_cos" if layout == "half" else "interleaved"
         return _rope_table(n, width, start, base, dtype, kernel_layout)
     _check_no_offset(start)
-    both = _both_tables(n, width, output_dtype)
     try:
-        table = positional_encoding(
-            n,
-            width,
-            base=base,
-            dtype=dtype,
-            layout=kernel_layout,
-            out=None if both is None else both[0],
-        )
+        return _rope_positions(n, width, base, output_dtype, layout == "interleaved")
     except (TypeError, ValueError) as exc:
-        if both is None:
-            raise _renamed(exc) from None
-        # The error of the call without out=, which both[0] cannot have caused
-        # unless n is read differently from np.shape(n).
-        try:
-            positional_encoding(n, width, base=base, dtype=dtype, layout=kernel_layout)
-        except (TypeError, ValueError) as plain:
-            raise _renamed(plain) from None
         raise _renamed(exc) from None
-    sin = np.empty_like(table) if both is None else both[1]
-    _split(table, sin, kernel_layout)
-    return table, sin
-
-
-# Both tables of position ids at least this large share one allocation.
-_SHARED_BYTES = 256 * 1024
-
-
-def _both_tables(n: Any, width: int, dtype: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    """One new array for the cos and sin tables of the positions ``n``; None for
-    small tables, and when ``n`` has no shape (positional_encoding then says why).
-
-    Two allocations of a few MiB each are returned to the system and page-faulted
-    again on every call (glibc's default thresholds): ids of shape (1, 4096) at
-    head_dim 128 in float32 took 3.4 ms that way, against ~0.4 ms. Below a few
-    hundred KiB the heap keeps them, and np.shape would only add ~1.5 us.
-    """
-    if type(n) is np.ndarray:
-        shape = n.shape
-    else:
-        try:
-            shape = tuple(operator.index(size) for size in np.shape(n))
-        except (TypeError, ValueError):  # ragged: not an array of positions
-            return None
-    if 2 * math.prod(shape) * width * dtype.itemsize < _SHARED_BYTES:
-        return None
-    return _check_out(None, (2, *shape, width), dtype, "n (the positions) and head_dim")
 
 
 # The 1-D functions' names for the arguments, and rope_cos_sin's.

@@ -158,3 +158,16 @@ cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
                              Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
                              const double* w_lo, bint interleaved, const double* levels,
                              Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
+
+# The same tables for any positions (as fill_positions_levels_*): row i for
+# positions[i]. levels may be NULL, as there.
+cdef int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
+                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
+                                 const double* w_hi, const double* w_lo, bint interleaved,
+                                 const double* levels, Py_ssize_t radix,
+                                 Py_ssize_t n_levels) noexcept nogil
+cdef int fill_rope_positions_f32(float* cos_out, float* sin_out, const double* positions,
+                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
+                                 const double* w_hi, const double* w_lo, bint interleaved,
+                                 const double* levels, Py_ssize_t radix,
+                                 Py_ssize_t n_levels) noexcept nogil

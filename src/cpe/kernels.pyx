@@ -667,15 +667,16 @@ cdef inline Py_ssize_t _digit_chain(const double** chain, Py_ssize_t d, const do
 
 cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_positions,
                            Py_ssize_t width, Py_ssize_t n_freq, const columns* c,
-                           const double* levels, Py_ssize_t radix,
-                           Py_ssize_t n_levels) noexcept nogil:
+                           const double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
+                           int layout, floating* rope_sin) noexcept nogil:
     """Integers |p| < radix**n_levels: one product per non-zero digit above the first.
 
     A negative position is written as its magnitude with the sines negated, so
-    that p and -p give exactly opposite sines and equal cosines.
+    that p and -p give exactly opposite sines and equal cosines. With rope_sin,
+    each row is split (_rope_split) while it is in the cache.
     """
     cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef bint stream = _streaming(n_positions, width, sizeof(floating))
+    cdef bint stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
     cdef double* owned = NULL
     cdef double* buffers = NULL
     cdef Py_ssize_t i, count, negated = 0
@@ -697,8 +698,18 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     for i in range(n_positions):
         count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, shift,
                              n_levels, row_doubles)
+        if rope_sin != NULL and count == 2 and positions[i] > 0:
+            # The values _store_rows then _rope_split would give, written once.
+            _store_rope_product(out + i * width, rope_sin + i * width, chain[1], chain[0],
+                                n_freq, layout)
+            continue
         _store_rows(out + i * width, chain, count, c, width, stream, buffers)
-        negated += positions[i] < 0
+        if rope_sin == NULL:
+            negated += positions[i] < 0
+            continue
+        if positions[i] < 0:
+            _negate_sines(out + i * width, c)
+        _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
     free(owned)
     if stream:
         cpe_stream_fence()
@@ -756,7 +767,10 @@ cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
 cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
                          Py_ssize_t width, const double* w_hi, const double* w_lo,
                          Py_ssize_t n_freq, int layout, const double* levels,
-                         Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+                         Py_ssize_t radix, Py_ssize_t n_levels,
+                         floating* rope_sin) noexcept nogil:
+    """The rows of the positions; with rope_sin, RoPE's cos table (in out) and
+    sin table, as in _fill_table."""
     cdef columns c
     if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
@@ -789,7 +803,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     if (levels != NULL and integral and -lowest < <double>limit and highest < <double>limit
             and n_freq):
         return _fill_from_levels(out, positions, n_positions, width, n_freq, &c,
-                                 levels, radix, n_levels)
+                                 levels, radix, n_levels, layout, rope_sin)
     if integral and highest - lowest < 1099511627776.0:
         span = <Py_ssize_t>(highest - lowest) + 1
     # Digit tables pay off when their computed rows are few against the positions.
@@ -800,7 +814,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
             if _digits_init(&t, lowest, span, w_hi, w_lo, n_freq, low, middle, radix,
                             -1) != CPE_OK:
                 return CPE_ERR_NOMEM
-            stream = _streaming(n_positions, width, sizeof(floating))
+            stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
             for i in range(n_positions):
                 d = <Py_ssize_t>(positions[i] - lowest)
                 d2 = d // (t.radix * t.radix)
@@ -810,13 +824,17 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
                                t.high + 2 * n_freq * d2, n_freq)
                 _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width,
                                stream)
+                if rope_sin != NULL:
+                    _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
             _digits_free(&t)
             if stream:
                 cpe_stream_fence()
             if lowest < 0 and highest >= 0:
                 for i in range(n_positions):
                     if positions[i] == 0:
-                        _store_origin(out + i * width, &c, width, NULL, layout)
+                        _store_origin(out + i * width, &c, width,
+                                      NULL if rope_sin == NULL else rope_sin + i * width,
+                                      layout)
             return CPE_OK
 
     pairs = <double*>malloc(sizeof(double) * 2 * (n_freq + 1))
@@ -825,6 +843,8 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     for i in range(n_positions):
         _sincos_row(pairs, positions[i], w_hi, w_lo, n_freq)
         _store_pairs(out + i * width, pairs, &c, width)
+        if rope_sin != NULL:
+            _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
     free(pairs)
     return CPE_OK
 
@@ -960,14 +980,14 @@ cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_p
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, 0, 0)
+                           NULL, 0, 0, NULL)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
                             Py_ssize_t width, const double* w_hi, const double* w_lo,
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, 0, 0)
+                           NULL, 0, 0, NULL)
 
 
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
@@ -988,7 +1008,7 @@ cdef int fill_positions_levels_f64(double* out, const double* positions,
                                    int layout, const double* levels, Py_ssize_t radix,
                                    Py_ssize_t n_levels) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           levels, radix, n_levels)
+                           levels, radix, n_levels, NULL)
 
 
 cdef int fill_positions_levels_f32(float* out, const double* positions,
@@ -997,7 +1017,7 @@ cdef int fill_positions_levels_f32(float* out, const double* positions,
                                    int layout, const double* levels, Py_ssize_t radix,
                                    Py_ssize_t n_levels) noexcept nogil:
     return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           levels, radix, n_levels)
+                           levels, radix, n_levels, NULL)
 
 
 cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
@@ -1041,3 +1061,33 @@ cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
                              Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     return _fill_rope_table(cos_out, sin_out, start, n_rows, head_dim, w_hi, w_lo,
                             interleaved, levels, radix, n_levels)
+
+
+cdef inline int _fill_rope_positions(floating* cos_out, floating* sin_out,
+                                     const double* positions, Py_ssize_t n_positions,
+                                     Py_ssize_t head_dim, const double* w_hi,
+                                     const double* w_lo, bint interleaved, const double* levels,
+                                     Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+    if head_dim < 2 or head_dim % 2:
+        return CPE_ERR_ARGUMENT
+    return _fill_positions(cos_out, positions, n_positions, head_dim, w_hi, w_lo, head_dim // 2,
+                           CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS,
+                           levels, radix, n_levels, sin_out)
+
+
+cdef int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
+                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
+                                 const double* w_hi, const double* w_lo, bint interleaved,
+                                 const double* levels, Py_ssize_t radix,
+                                 Py_ssize_t n_levels) noexcept nogil:
+    return _fill_rope_positions(cos_out, sin_out, positions, n_positions, head_dim, w_hi, w_lo,
+                                interleaved, levels, radix, n_levels)
+
+
+cdef int fill_rope_positions_f32(float* cos_out, float* sin_out, const double* positions,
+                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
+                                 const double* w_hi, const double* w_lo, bint interleaved,
+                                 const double* levels, Py_ssize_t radix,
+                                 Py_ssize_t n_levels) noexcept nogil:
+    return _fill_rope_positions(cos_out, sin_out, positions, n_positions, head_dim, w_hi, w_lo,
+                                interleaved, levels, radix, n_levels)
