@@ -16,7 +16,13 @@ import numpy as np
 import cpe
 from cpe import _reference
 from cpe.benchmark.timing import Competitor, Group, Ratio
-from cpe.benchmark.usual_numpy import numpy_positions, numpy_rope, numpy_single, numpy_table
+from cpe.benchmark.usual_numpy import (
+    numpy_positions,
+    numpy_rope,
+    numpy_rope_positions,
+    numpy_single,
+    numpy_table,
+)
 
 CPE = "cpe"
 CPE_OUT = "cpe out="
@@ -350,6 +356,70 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
         args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
         competitors=competitors,
         ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW)],
+    )
+
+
+def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.Generator) -> Group:
+    """Rotary (cos, sin) of (batch, seq) position ids in float32: cpe, the table of as
+    many rows, HF Llama's formula with position ids in NumPy, the floor."""
+    full_shape = (*shape, head_dim)
+    rows = shape[0] * shape[1]
+    names = {
+        "cpe_rope": cpe.rope_cos_sin,
+        "numpy_rope_positions": numpy_rope_positions,
+        "np_empty": np.empty,
+        "rows": rows,
+        "head_dim": head_dim,
+        "both_shape": (2, *full_shape),
+        "base": ROPE_BASE,
+        "float32": np.float32,
+        "float64": np.float64,
+    }
+    top = POSITION_RANGE + shape[1]
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_rope(arg, head_dim, base=base, dtype=float32)"),
+        # The same number of rows, as a table: the throughput to match.
+        Competitor(
+            CPE_TABLE_SAME_VALUES,
+            "cpe",
+            "cpe_rope(rows, head_dim, base=base, start=arg[0, 0], dtype=float32)",
+        ),
+        Competitor(
+            NUMPY_F32,
+            "rival",
+            "numpy_rope_positions(arg, head_dim, base, float32)",
+            atol_f32_arithmetic(top),
+        ),
+        Competitor(
+            NUMPY_F64_TO_F32,
+            "rival",
+            "[a.astype(float32) for a in numpy_rope_positions(arg, head_dim, base, float64)]",
+            atol_f32(top),
+        ),
+        Competitor(FLOOR_NEW, "floor", "np_empty(both_shape, float32).fill(1.0)"),
+    ]
+    return Group(
+        kind="rope positions",
+        name=f"rope positions f32 {shape[0]}x{shape[1]} head_dim={head_dim}",
+        section=(
+            f"rotary cos/sin of position ids (rope_cos_sin), float32, base {ROPE_BASE:g}: "
+            "time per pair"
+        ),
+        column=f"{shape[0]}x{shape[1]} head_dim={head_dim}",
+        params={
+            "shape": list(shape),
+            "head_dim": head_dim,
+            "dtype": "float32",
+            "mebibytes": 2 * mebibytes(full_shape, np.float32),
+        },
+        names=names,
+        args=[position_ids(shape, rng) for _ in range(POSITION_ARRAYS)],
+        competitors=competitors,
+        ratios=[
+            *_rivals_over_cpe(competitors),
+            Ratio(CPE, CPE_TABLE_SAME_VALUES),
+            Ratio(CPE, FLOOR_NEW),
+        ],
     )
 
 

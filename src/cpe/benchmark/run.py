@@ -30,6 +30,7 @@ from cpe.benchmark.cases import (
     grid_group,
     positions_group,
     rope_group,
+    rope_positions_group,
     single_vector_group,
     table_group,
 )
@@ -39,7 +40,8 @@ from cpe.benchmark.report import format_report, report_json
 from cpe.benchmark.targets import evaluate_targets
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
-KINDS = ("single", "table", "positions", "grid", "rope", "cold")
+KINDS = ("single", "table", "positions", "grid", "rope", "cold")  # rope: tables and ids
+ROPE_POSITIONS_HEAD_DIM = 128  # Llama's
 DTYPES = (np.float64, np.float32)
 
 
@@ -53,6 +55,7 @@ class Plan:
     position_width: int
     grids: tuple[tuple[int, int], ...]  # (size, D) of a size x size grid
     ropes: tuple[tuple[int, int], ...]  # (n, head_dim)
+    rope_position_shapes: tuple[tuple[int, int], ...]  # (batch, seq) at ROPE_POSITIONS_HEAD_DIM
     cold_widths: tuple[int, ...]
     cold_tables: tuple[tuple[int, int], ...]
     cold_processes: int
@@ -70,6 +73,7 @@ FULL = Plan(
     position_width=512,
     grids=((14, 768), (64, 1024)),
     ropes=((8192, 128), (65536, 128)),
+    rope_position_shapes=((1, 4096), (8, 4096)),
     cold_widths=(4, 64, 512, 4096),
     cold_tables=((512, 512), (2048, 1024)),
     cold_processes=7,
@@ -86,6 +90,7 @@ QUICK = Plan(
     position_width=512,
     grids=((14, 768),),
     ropes=((8192, 128),),
+    rope_position_shapes=((1, 4096),),
     cold_widths=(512,),
     cold_tables=((512, 512),),
     cold_processes=3,
@@ -234,6 +239,10 @@ def build_groups(
         groups += [grid_group(size, D) for size, D in plan.grids]
     if "rope" in kinds:
         groups += [rope_group(n, head_dim, rng) for n, head_dim in plan.ropes]
+        groups += [
+            rope_positions_group(shape, ROPE_POSITIONS_HEAD_DIM, rng)
+            for shape in plan.rope_position_shapes
+        ]
     return groups
 
 

@@ -133,12 +133,22 @@ def _rope_targets(result: GroupResult) -> list[TargetCheck]:
     return checks
 
 
+def _rope_positions_targets(result: GroupResult) -> list[TargetCheck]:
+    # Position ids as for the encoding (within 2x of the table of as many rows),
+    # in float32 as the float32 tables.
+    return [
+        _faster(result, NUMPY_F64_TO_F32, 20),
+        _within(result, CPE, CPE_TABLE_SAME_VALUES, 2),
+    ]
+
+
 _GROUP_TARGETS = {
     "single": _single_vector_targets,
     "table": _table_targets,
     "positions": _positions_targets,
     "grid": _grid_targets,
     "rope": _rope_targets,
+    "rope positions": _rope_positions_targets,
 }
 
 

@@ -69,3 +69,13 @@ def numpy_rope(n: int, head_dim: int, base: float, start: int, dtype: Any = np.f
     freqs = np.outer(t, inv_freq.astype(dtype))
     emb = np.concatenate((freqs, freqs), axis=-1)
     return np.cos(emb), np.sin(emb)
+
+
+def numpy_rope_positions(
+    position_ids: npt.ArrayLike, head_dim: int, base: float, dtype: Any = np.float32
+) -> Any:
+    """HF Llama's rotary (cos, sin) of position ids (shape ``ids.shape + (head_dim,)``)."""
+    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(dtype) / head_dim))
+    freqs = np.asarray(position_ids).astype(dtype)[..., np.newaxis] * inv_freq.astype(dtype)
+    emb = np.concatenate((freqs, freqs), axis=-1)
+    return np.cos(emb), np.sin(emb)
