@@ -328,7 +328,7 @@ cdef class _Encoding:
     cdef readonly double den
     cdef readonly double scale
     cdef readonly object key
-    # Set (cpe_flag_set) by the first single position that took _single_from_scratch.
+    # Set (cpe_flag_set) by the first single position made from scratch rows.
     cdef char levels_wanted
 
 
@@ -668,43 +668,54 @@ cdef object _kernel_target(result, dt):
 cdef Py_ssize_t _NOGIL_VALUES = 4096
 
 
-cdef bint _single_from_scratch(char* data, bint single, double p, _Encoding enc) except -1:
-    """The first single position of an encoding, from digit rows made in scratch memory.
+cdef bint _single_position(char* data, bint single, double p, _Encoding enc) except -1:
+    """A single integer position with |p| < 65536, from the level rows of its digits.
 
-    A single integer position with |p| < 65536 is the product of the level rows
-    of its digits (_digits_for_positions). The first such request of an
-    encoding makes just those rows (at most 2 or 4), in memory freed afterwards, and
-    multiplies them as the kernel would: the same bits, without the cost of a
-    cache entry that a one-off call would not use. The next request makes it.
-    Returns False when the request is not such a first one.
+    Its row is the product of the level rows of its digits, as for arrays
+    (_digits_for_positions), multiplied by fill_angle_sum as the position kernel
+    multiplies them: the same bits, without the kernel's bookkeeping for arrays
+    (~5% of a call at D = 512). The first such request of an encoding makes
+    just its rows (at most 2 or 4), in memory freed afterwards: a one-off call
+    does not pay for a cache entry it would not use. The next request makes it.
+    Returns False when p is not such a position or the width keeps no levels.
     """
     cdef Py_ssize_t n_freq = enc.n_freq, row_doubles = 2 * enc.n_freq
-    cdef Py_ssize_t k, count
-    cdef Py_ssize_t radix = _digit_radix(n_freq)
+    cdef Py_ssize_t k, count, index
     cdef Py_ssize_t indices[4]
     cdef int status
     cdef const double* chain[4]
-    if (cpe_flag_get(&enc.levels_wanted) or n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
+    cdef double* rows
+    cdef _Levels kept
+    if (n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
             or <double>(<Py_ssize_t>p) != p
-            or _level_bytes(n_freq) > _DIGIT_BUDGET // 2
-            or enc.key in _digit_cache):
+            or _level_bytes(n_freq) > _DIGIT_BUDGET // 2):
         return False
     # The kernel's own range check (it raises there); the digit rows are then finite.
     if not isfinite(fabs(p) * max(fabs(enc.w_hi[0]), fabs(enc.w_hi[n_freq - 1]))):
         return False
-    cpe_flag_set(&enc.levels_wanted)
+    cdef Py_ssize_t radix = _digit_radix(n_freq)
     # The level rows of p's digits, lowest level first (p was checked above).
     count = _mark_digits(&p, 1, radix, _digit_shift(radix), _digit_count(radix), NULL,
                          indices)
-    scratch = np.empty((count, row_doubles), dtype=np.float64)
-    cdef double* rows = <double*>_address(scratch)
-    for k in range(count):
-        # Highest level first, as the kernel multiplies them; each row as
-        # _Levels.fill makes it.
-        _raise_for(sincos_row(rows + k * row_doubles,
-                              _level_row_position(indices[count - 1 - k], radix),
-                              enc.w_hi, enc.w_lo, n_freq))
-        chain[k] = rows + k * row_doubles
+    cached = _digit_cache.get(enc.key)
+    if cached is None and not cpe_flag_get(&enc.levels_wanted):
+        cpe_flag_set(&enc.levels_wanted)
+        rows_owner = np.empty((count, row_doubles), dtype=np.float64)
+        rows = <double*>_address(rows_owner)
+        for k in range(count):
+            # Highest level first, as the kernel multiplies them; each row as
+            # _Levels.fill makes it.
+            _raise_for(sincos_row(rows + k * row_doubles,
+                                  _level_row_position(indices[count - 1 - k], radix),
+                                  enc.w_hi, enc.w_lo, n_freq))
+            chain[k] = rows + k * row_doubles
+    else:
+        kept = <_Levels>cached if cached is not None else _levels_of(enc)
+        rows_owner = kept  # alive while its rows are read, even if evicted meanwhile
+        for k in range(count):
+            index = indices[count - 1 - k]  # highest level first
+            kept.fill(index)
+            chain[k] = kept.data + row_doubles * index
     if single:
         status = fill_angle_sum_f32(<float*>data, enc.width, n_freq, enc.layout, chain, count,
                                     p < 0)
@@ -720,7 +731,7 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    if n == 1 and _single_from_scratch(data, single, positions[0], enc):
+    if n == 1 and _single_position(data, single, positions[0], enc):
         return 0
     cdef const double* levels
     cdef Py_ssize_t radix, n_levels
