@@ -78,6 +78,15 @@ def atol_in_dtype(dtype: type, top: int) -> float:
     return atol_f64(top) if dtype is np.float64 else atol_f32_arithmetic(top)
 
 
+def float32_rivals(in_float32: str, from_float64: str, top: int) -> list[Competitor]:
+    """NumPy's float32 rivals: the code in float32 arithmetic (``in_float32``), and
+    the accurate route, in float64 rounded to float32 (``from_float64``)."""
+    return [
+        Competitor(NUMPY_F32, "rival", in_float32, atol_f32_arithmetic(top)),
+        Competitor(NUMPY_F64_TO_F32, "rival", from_float64, atol_f32(top)),
+    ]
+
+
 def dtype_name(dtype: type) -> str:
     return np.dtype(dtype).name
 
@@ -110,17 +119,8 @@ def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
     else:
         competitors = [
             Competitor(CPE, "cpe", "cpe_encode(arg, D, dtype=float32)"),
-            Competitor(
-                NUMPY_F32,
-                "rival",
-                "numpy_single(arg, D, dtype=float32)",
-                atol_f32_arithmetic(top),
-            ),
-            Competitor(
-                NUMPY_F64_TO_F32,
-                "rival",
-                "numpy_single(arg, D).astype(float32)",
-                atol_f32(top),
+            *float32_rivals(
+                "numpy_single(arg, D, dtype=float32)", "numpy_single(arg, D).astype(float32)", top
             ),
             Competitor(FLOOR_EMPTY, "floor", "np_empty(D, float32)"),
         ]
@@ -164,20 +164,9 @@ def table_group(
     if dtype is np.float64:
         competitors.append(Competitor(NUMPY, "rival", "numpy_table(n, D, arg)", atol_f64(top)))
     else:
-        competitors += [
-            Competitor(
-                NUMPY_F32,
-                "rival",
-                "numpy_table(n, D, arg, float32)",
-                atol_f32_arithmetic(top),
-            ),
-            Competitor(
-                NUMPY_F64_TO_F32,
-                "rival",
-                "numpy_table(n, D, arg).astype(float32)",
-                atol_f32(top),
-            ),
-        ]
+        competitors += float32_rivals(
+            "numpy_table(n, D, arg, float32)", "numpy_table(n, D, arg).astype(float32)", top
+        )
     if torch is not None:
         from cpe.benchmark.usual_torch import torch_table
 
@@ -327,17 +316,10 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
     top = POSITION_RANGE + n
     competitors = [
         Competitor(CPE, "cpe", "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32)"),
-        Competitor(
-            NUMPY_F32,
-            "rival",
+        *float32_rivals(
             "numpy_rope(n, head_dim, base, arg, float32)",
-            atol_f32_arithmetic(top),
-        ),
-        Competitor(
-            NUMPY_F64_TO_F32,
-            "rival",
             "[a.astype(float32) for a in numpy_rope(n, head_dim, base, arg, float64)]",
-            atol_f32(top),
+            top,
         ),
         Competitor(FLOOR_NEW, "floor", "np_empty((2, n, head_dim), float32).fill(1.0)"),
     ]
@@ -384,17 +366,10 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
             "cpe",
             "cpe_rope(rows, head_dim, base=base, start=arg[0, 0], dtype=float32)",
         ),
-        Competitor(
-            NUMPY_F32,
-            "rival",
+        *float32_rivals(
             "numpy_rope_positions(arg, head_dim, base, float32)",
-            atol_f32_arithmetic(top),
-        ),
-        Competitor(
-            NUMPY_F64_TO_F32,
-            "rival",
             "[a.astype(float32) for a in numpy_rope_positions(arg, head_dim, base, float64)]",
-            atol_f32(top),
+            top,
         ),
         Competitor(FLOOR_NEW, "floor", "np_empty(both_shape, float32).fill(1.0)"),
     ]
