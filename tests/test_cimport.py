@@ -543,6 +543,7 @@ def test_rope_kernel_on_the_callers_buffers(
     [
         np.array([0.0, 5.0, -3.0, 65535.0, 1234.0]),  # digits (with levels), negated sines
         np.arange(-1000.0, 1000.0),  # a dense span: digit tables without levels
+        np.arange(69000.0, 71000.0),  # beyond the levels: digit tables (their low rows)
         np.array([1e6 + 0.5, -(2.0**40), 7.25]),  # a row of sines and cosines each
     ],
 )
@@ -557,8 +558,10 @@ def test_rope_positions_kernel_on_the_callers_buffers(
     with_levels: bool,
 ) -> None:
     n, head_dim = len(positions), 12
-    cos = _offset_table((n, head_dim), dtype, 4)
-    sin = _offset_table((n, head_dim), dtype, 8)
+    # Rows off 16-byte boundaries (element-aligned, as C requires)
+    item = np.dtype(dtype).itemsize
+    cos = _offset_table((n, head_dim), dtype, item)
+    sin = _offset_table((n, head_dim), dtype, 3 * item)
     status = downstream.rope_positions(cos, sin, positions, 500000.0, interleaved, with_levels)
     assert status == 0
     layout = "interleaved" if interleaved else "half"

@@ -81,6 +81,24 @@ def test_positions_at_numpys_dimension_limit_are_named():
     pytest.fail("NumPy allows neither 64 nor 32 dimensions")
 
 
+def test_rope_position_ids_of_one_dimension_below_numpys_limit():
+    # The two tables came from one array of one more dimension, which NumPy
+    # refused for ids of 63 dimensions (31 under NumPy 1).
+    for ndim in (64, 32):
+        try:
+            np.zeros((1,) * ndim)
+        except ValueError:
+            continue
+        ids = np.arange(3).reshape((1,) * (ndim - 2) + (3,))
+        cos, sin = cpe.rope_cos_sin(ids, 4)
+        assert cos.shape == sin.shape == (*ids.shape, 4)
+        table_cos, table_sin = cpe.rope_cos_sin(3, 4)
+        np.testing.assert_array_equal(cos.reshape(3, 4), table_cos)
+        np.testing.assert_array_equal(sin.reshape(3, 4), table_sin)
+        return
+    pytest.fail("NumPy allows neither 64 nor 32 dimensions")
+
+
 def test_positions_are_not_scanned_or_copied_before_the_output_is_checked():
     positions = np.broadcast_to(np.int64(0), (2048, 2048))  # 8 bytes of memory, 4M positions
     out = np.full((4, 4), 7.0)

@@ -281,18 +281,22 @@ cdef bint _all_below_exact_limit(cnp.ndarray pos):
     return True
 
 
+cdef bint _too_large(tuple shape, dt):
+    """Whether NumPy would refuse ``shape``, or the float64 buffer a float16 output
+    is computed in. NumPy refuses a shape whose non-zero extents multiply past the
+    largest size even when another extent is 0, as in (0, 2**62)."""
+    count = 1
+    for extent in shape:
+        count *= extent or 1
+    return count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
+
+
 cdef object _prepare_out(out, tuple shape, dt, str sizes):
     """The array to return: ``out`` after checking it, or a new one.
 
     ``sizes`` names the arguments that set the shape, for the error messages.
     """
-    # NumPy refuses a shape whose non-zero extents multiply past the largest size
-    # even when another extent is 0, as in (0, 2**62): check as it does, for the
-    # output and for the float64 buffer a float16 output is computed in.
-    count = 1
-    for extent in shape:
-        count *= extent or 1
-    too_large = count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
+    cdef bint too_large = _too_large(shape, dt)
     if out is None:
         if too_large:
             raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
@@ -1100,10 +1104,17 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)
     arr = _position_array(position)
-    both = _prepare_out(None, (2,) + arr.shape + (head_dim,), dt, "position and D")
+    shape = arr.shape + (head_dim,)
+    if _too_large((2,) + shape, dt):
+        raise ValueError(f"position and D: the outputs of shape {shape} are too large to "
+                         "allocate")
+    # Flat, then each half reshaped: (2,) + shape may have one dimension more than
+    # NumPy allows, while each table has at most as many as an encoding.
+    both = np.empty((2, arr.size * head_dim), dtype=dt)
+    cos, sin = both[0].reshape(shape), both[1].reshape(shape)
     cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, arr.size != 0)
     if arr.size == 0:
-        return both[0], both[1]
+        return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr)
     cdef cnp.ndarray target = _kernel_target(both, dt)
     cdef const double* positions = <const double*>_address(pos)
@@ -1127,7 +1138,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     _raise_for(status)
     if target is not both:
         both[...] = target
-    return both[0], both[1]
+    return cos, sin
 
 
 cdef inline int _rope_positions_kernel(char* cos_data, char* sin_data, bint single,

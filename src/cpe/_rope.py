@@ -67,7 +67,8 @@ def rope_cos_sin(
     Returns
     -------
     cos, sin : numpy.ndarray
-        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``.
+        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``;
+        the two halves of one allocation (either keeps the memory of both).
 
     Examples
     --------

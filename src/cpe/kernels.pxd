@@ -58,6 +58,11 @@ Signatures (stable; a test snapshots them)::
                             const double* w_lo, bint interleaved, const double* levels,
                             Py_ssize_t radix, Py_ssize_t n_levels)
     int fill_rope_table_f32(float* cos_out, float* sin_out, ...same...)
+    int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
+                                Py_ssize_t n_positions, Py_ssize_t head_dim,
+                                const double* w_hi, const double* w_lo, bint interleaved,
+                                const double* levels, Py_ssize_t radix, Py_ssize_t n_levels)
+    int fill_rope_positions_f32(float* cos_out, float* sin_out, ...same...)
 
 A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
 are built from a few pair rows each by angle addition. ``digit_levels`` makes,
