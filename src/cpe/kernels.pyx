@@ -778,7 +778,9 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     if levels != NULL and (limit == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
     cdef const double* low = levels
-    cdef const double* middle = NULL if levels == NULL else levels + 2 * n_freq * radix
+    cdef const double* middle = NULL
+    if levels != NULL:  # (a conditional expression would be typed void*, without const)
+        middle = levels + 2 * n_freq * radix
     cdef Py_ssize_t i, d, d0, d1, d2
     cdef double p, lowest = 0.0, highest = 0.0, largest_w = 0.0
     cdef bint integral = True
@@ -899,7 +901,9 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     if levels != NULL and (_levels_limit(radix, n_levels) == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
     cdef const double* low = levels
-    cdef const double* middle = NULL if levels == NULL else levels + 2 * n_freq * radix
+    cdef const double* middle = NULL
+    if levels != NULL:  # (a conditional expression would be typed void*, without const)
+        middle = levels + 2 * n_freq * radix
     if not (floor(start) == start and -9007199254740992.0 <= start
             and start + <double>n_rows <= 9007199254740992.0):
         return CPE_ERR_ARGUMENT
