@@ -1,0 +1,76 @@
+"""Print one SHA-256 digest per group of cpe results, to compare two builds' bits.
+
+Every public function, each path of the kernels (digit levels, digit tables,
+one row of sines and cosines per position, streamed outputs), float64, float32
+and float16, both RoPE layouts and a few conventions. Two builds whose lines
+differ give different bits somewhere in that group. Run it under each
+CPE_DISABLE_* setting to compare every copy of the SIMD loops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+
+import cpe
+
+rng = np.random.default_rng(20261130)
+POSITIONS = {
+    "digits": rng.integers(-65535, 65536, (3, 40)),
+    "dense span across 0": np.arange(-70000, 70000, 70),
+    "sparse and huge": rng.integers(-(2**50), 2**50, 25),
+    "real-valued": rng.uniform(-1e6, 1e6, (4, 5)),
+}
+WIDTHS = (1, 3, 8, 64, 130, 512, 2050, 4096, 8192)
+DTYPES = ("float64", "float32", "float16")
+
+
+def emit(group: str, results: list[np.ndarray]) -> None:
+    """One line: the group's name and the digest of its results' shapes and bytes."""
+    h = hashlib.sha256()
+    for result in results:
+        h.update(f"{result.shape} {result.dtype}".encode())
+        h.update(np.ascontiguousarray(result).tobytes())
+    sys.stdout.write(f"{group} {h.hexdigest()[:16]}\n")
+
+
+def main() -> None:
+    for dtype in DTYPES:
+        for D in WIDTHS:
+            singles = [
+                cpe.positional_encoding(p, D, dtype=dtype) for p in (0, 5, 4097, -40000, 65536, 2.5)
+            ]
+            emit(f"single D={D} {dtype}", singles)
+            arrays = [cpe.positional_encoding(ids, D, dtype=dtype) for ids in POSITIONS.values()]
+            emit(f"positions D={D} {dtype}", arrays)
+            tables = [
+                cpe.positional_encoding_table(n, D, start=start, dtype=dtype)
+                for n, start in ((1, 0), (300, -150), (5000, 10**6))
+            ]
+            emit(f"tables D={D} {dtype}", tables)
+        for convention in ("fairseq", "tensor2tensor", "diffusers", "adm"):
+            rows = cpe.positional_encoding(
+                POSITIONS["digits"], 64, dtype=dtype, convention=convention
+            )
+            emit(f"{convention} {dtype}", [rows])
+        for layout in ("half", "interleaved"):
+            rope = [
+                *cpe.rope_cos_sin(3000, 128, start=-7, base=500000.0, layout=layout, dtype=dtype),
+            ]
+            for ids in POSITIONS.values():
+                rope += cpe.rope_cos_sin(ids, 64, layout=layout, dtype=dtype)
+            emit(f"rope {layout} {dtype}", rope)
+        emit(f"sincos_2d {dtype}", [cpe.sincos_2d(14, 14, 768, dtype=dtype)])
+    # Outputs of 16 MiB and more are streamed.
+    streamed = [
+        cpe.positional_encoding_table(8192, 1024, dtype="float32"),
+        cpe.positional_encoding(rng.integers(0, 65536, (8, 1024)), 1024),
+        *cpe.rope_cos_sin(65536, 128, dtype="float32"),
+    ]
+    emit("streamed", streamed)
+
+
+if __name__ == "__main__":
+    main()
