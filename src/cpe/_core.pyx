@@ -731,11 +731,14 @@ cdef bint _single_position(char* data, bint single, double p, _Encoding enc) exc
 
 
 cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_t n,
-                         _Encoding enc) except -1:
+                         _Encoding enc, char* rope_sin=NULL,
+                         bint interleaved=False) except -1:
+    """The rows of the positions in ``target``; with ``rope_sin``, RoPE's cos
+    table there and its sin table at ``rope_sin`` (``interleaved`` or "half")."""
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    if n == 1 and _single_position(data, single, positions[0], enc):
+    if n == 1 and rope_sin == NULL and _single_position(data, single, positions[0], enc):
         return 0
     cdef const double* levels
     cdef Py_ssize_t radix, n_levels
@@ -743,17 +746,27 @@ cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_
     _levels_owner = _digits_for_positions(enc, positions, n, &levels, &radix, &n_levels)
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _positions_kernel(data, single, positions, n, enc, levels, radix, n_levels)
+        status = _positions_kernel(data, single, positions, n, enc, levels, radix, n_levels,
+                                   rope_sin, interleaved)
     else:
         with nogil:
             status = _positions_kernel(data, single, positions, n, enc, levels, radix,
-                                       n_levels)
+                                       n_levels, rope_sin, interleaved)
     return _raise_for(status)
 
 
 cdef inline int _positions_kernel(char* data, bint single, const double* positions,
                                   Py_ssize_t n, _Encoding enc, const double* levels,
-                                  Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
+                                  Py_ssize_t radix, Py_ssize_t n_levels, char* rope_sin,
+                                  bint interleaved) noexcept nogil:
+    if rope_sin != NULL and single:
+        return fill_rope_positions_f32(<float*>data, <float*>rope_sin, positions, n,
+                                       enc.width, enc.w_hi, enc.w_lo, interleaved, levels,
+                                       radix, n_levels)
+    if rope_sin != NULL:
+        return fill_rope_positions_f64(<double*>data, <double*>rope_sin, positions, n,
+                                       enc.width, enc.w_hi, enc.w_lo, interleaved, levels,
+                                       radix, n_levels)
     if single:
         return fill_positions_levels_f32(<float*>data, positions, n, enc.width, enc.w_hi,
                                          enc.w_lo, enc.n_freq, enc.layout, levels, radix,
@@ -1117,39 +1130,9 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
         return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr)
     cdef cnp.ndarray target = _kernel_target(both, dt)
-    cdef const double* positions = <const double*>_address(pos)
     cdef Py_ssize_t n = pos.size
-    cdef const double* levels
-    cdef Py_ssize_t radix, n_levels
-    # alive while the kernel reads levels
-    _levels_owner = _digits_for_positions(enc, positions, n, &levels, &radix, &n_levels)
-    cdef bint single = dt is _FLOAT32
-    cdef char* cos_data = _address(target)
-    cdef char* sin_data = cos_data + n * head_dim * cnp.PyArray_ITEMSIZE(target)
-    cdef int status
-    if n * head_dim < _NOGIL_VALUES:
-        status = _rope_positions_kernel(cos_data, sin_data, single, positions, n, head_dim,
-                                        enc, interleaved, levels, radix, n_levels)
-    else:
-        with nogil:
-            status = _rope_positions_kernel(cos_data, sin_data, single, positions, n,
-                                            head_dim, enc, interleaved, levels, radix,
-                                            n_levels)
-    _raise_for(status)
+    _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), n, enc,
+                    _address(target) + n * head_dim * cnp.PyArray_ITEMSIZE(target), interleaved)
     if target is not both:
         both[...] = target
     return cos, sin
-
-
-cdef inline int _rope_positions_kernel(char* cos_data, char* sin_data, bint single,
-                                       const double* positions, Py_ssize_t n,
-                                       Py_ssize_t head_dim, _Encoding enc, bint interleaved,
-                                       const double* levels, Py_ssize_t radix,
-                                       Py_ssize_t n_levels) noexcept nogil:
-    if single:
-        return fill_rope_positions_f32(<float*>cos_data, <float*>sin_data, positions, n,
-                                       head_dim, enc.w_hi, enc.w_lo, interleaved, levels,
-                                       radix, n_levels)
-    return fill_rope_positions_f64(<double*>cos_data, <double*>sin_data, positions, n,
-                                   head_dim, enc.w_hi, enc.w_lo, interleaved, levels, radix,
-                                   n_levels)

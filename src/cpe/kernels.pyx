@@ -1040,14 +1040,22 @@ cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
                        levels, radix, n_levels, NULL)
 
 
+cdef inline int _rope_layout(Py_ssize_t head_dim, bint interleaved) noexcept nogil:
+    """The encoding layout the RoPE kernels split (see _rope_split), or -1 when
+    head_dim is not even and >= 2."""
+    if head_dim < 2 or head_dim % 2:
+        return -1
+    return CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS
+
+
 cdef inline int _fill_rope_table(floating* cos_out, floating* sin_out, double start,
                                  Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
                                  const double* w_lo, bint interleaved, const double* levels,
                                  Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    if head_dim < 2 or head_dim % 2:
+    cdef int layout = _rope_layout(head_dim, interleaved)
+    if layout < 0:
         return CPE_ERR_ARGUMENT
-    return _fill_table(cos_out, start, n_rows, head_dim, w_hi, w_lo, head_dim // 2,
-                       CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS,
+    return _fill_table(cos_out, start, n_rows, head_dim, w_hi, w_lo, head_dim // 2, layout,
                        levels, radix, n_levels, sin_out)
 
 
@@ -1072,11 +1080,11 @@ cdef inline int _fill_rope_positions(floating* cos_out, floating* sin_out,
                                      Py_ssize_t head_dim, const double* w_hi,
                                      const double* w_lo, bint interleaved, const double* levels,
                                      Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    if head_dim < 2 or head_dim % 2:
+    cdef int layout = _rope_layout(head_dim, interleaved)
+    if layout < 0:
         return CPE_ERR_ARGUMENT
     return _fill_positions(cos_out, positions, n_positions, head_dim, w_hi, w_lo, head_dim // 2,
-                           CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS,
-                           levels, radix, n_levels, sin_out)
+                           layout, levels, radix, n_levels, sin_out)
 
 
 cdef int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
