@@ -37,3 +37,13 @@ install_cpe() {
     (cd "$2" && rm -rf build src/cpe/*.c src/cpe/*.so \
         && "$1/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall .)
 }
+
+# The test files that stages 45 and 47 run with pytest-run-parallel, each test in
+# several threads at once (the others spawn processes, time calls or read the
+# process's memory, which threads of one test would disturb).
+# shellcheck disable=SC2034
+RUN_PARALLEL_TESTS=(
+    tests/test_values.py tests/test_accuracy.py tests/test_errors.py
+    tests/test_conventions.py tests/test_grids.py tests/test_rope.py
+    tests/test_paths.py tests/test_regressions.py
+)
