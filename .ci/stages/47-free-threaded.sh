@@ -69,7 +69,7 @@ assert not sys._is_gil_enabled(), "importing cpe enabled the GIL"
 print("GIL disabled after importing", cpe.__name__, cpe.__version__)'
 "$work/venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$work/src" "$work/src/tests"
 "$work/venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$work/src" \
-    --parallel-threads=4 "${RUN_PARALLEL_TESTS[@]/#/$work/src/}"
+    "${RUN_PARALLEL_OPTIONS[@]}" "${RUN_PARALLEL_TESTS[@]/#/$work/src/}"
 
 python "$root/.ci/lib/bits_digest.py" > "$work/gil.txt"
 "$work/venv/bin/python" "$root/.ci/lib/bits_digest.py" > "$work/free-threaded.txt"
