@@ -2,7 +2,7 @@
 # cpe on a free-threaded CPython, where its kernels and caches really run in
 # parallel (the wheels include cp314t). No free-threaded CPython is packaged for
 # this machine, so 3.13t is built from Debian's source package of python3.13
-# (~10 minutes on 2 cores) and kept for later runs. Then, in a venv of it:
+# (~3 minutes on 2 cores) and kept for later runs. Then, in a venv of it:
 # importing cpe leaves the GIL disabled (both modules are declared compatible);
 # the whole suite passes; the run-parallel tests pass with 4 threads at once; and
 # every kernel path gives the bits of the GIL build in the active venv.
