@@ -7,6 +7,7 @@
 # the whole suite passes; the run-parallel tests pass with 4 threads at once; and
 # every kernel path gives the bits of the GIL build in the active venv.
 set -euo pipefail
+unset PYTHON_GIL  # the GIL must stay disabled by cpe's own declaration
 root=$(pwd)
 work="${CPE_CI_WORK:?CPE_CI_WORK is set by .ci/run}/free-threaded"
 # shellcheck source=.ci/lib/common.sh disable=SC1091
@@ -15,47 +16,67 @@ work="${CPE_CI_WORK:?CPE_CI_WORK is set by .ci/run}/free-threaded"
 rm -rf "$work"
 mkdir -p "$work"
 
+configure_options=(--disable-gil --with-ensurepip=install)
+
+# usable_free_threaded_python PREFIX: a finished build (PREFIX/.complete names its
+# configure options) without the GIL, with the modules pip and the tests need.
+usable_free_threaded_python() {
+    [ "$(cat "$1/.complete" 2>/dev/null)" = "${configure_options[*]}" ] \
+        && "$1/bin/python3.13t" -c 'import sysconfig, ssl, zlib, bz2, lzma, ctypes, sqlite3
+assert sysconfig.get_config_var("Py_GIL_DISABLED") == 1' 2>/dev/null
+}
+
 # build_free_threaded_python PREFIX: Debian trixie's python3.13 source, configured
-# with --disable-gil, installed at PREFIX; PREFIX/.complete marks a finished build.
+# with configure_options, installed at PREFIX.
 build_free_threaded_python() {
     local prefix=$1 src="$work/cpython"
     local mirror
-    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-    mkdir -p "$src/lists/partial"
+    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources \
+        2>/dev/null || true)
+    if [ -z "$mirror" ]; then
+        echo "no Debian mirror (URIs:) in /etc/apt/sources.list.d/debian.sources" >&2
+        return 1
+    fi
+    mkdir -p "$src/lists/partial" "$src/cache"
     printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
         "$mirror" /usr/share/keyrings/debian-archive-keyring.gpg > "$src/trixie.sources"
-    # A private source list and package lists: the machine's apt state is untouched.
+    # A private source list, package lists and cache: the machine's apt state is
+    # untouched.
     local apt=(-o "Dir::Etc::SourceList=$src/trixie.sources" -o Dir::Etc::SourceParts=-
-               -o "Dir::State::Lists=$src/lists" -o APT::Sandbox::User=root)
+               -o "Dir::State::Lists=$src/lists" -o "Dir::Cache=$src/cache"
+               -o APT::Sandbox::User=root)
     apt-get "${apt[@]}" -q update > "$src/apt.log"
     (cd "$src" && apt-get "${apt[@]}" -q source --download-only python3.13 >> "$src/apt.log")
     tar -C "$src" -xf "$src"/python3.13_*.orig.tar.xz
     rm -rf "$prefix"
     if ! (cd "$src"/Python-3.13.* \
-            && ./configure --disable-gil --prefix="$prefix" --with-ensurepip=install \
+            && ./configure --prefix="$prefix" "${configure_options[@]}" \
             && make -j"$(nproc)" && make install) > "$src/build.log" 2>&1; then
         tail -n 40 "$src/build.log" >&2
         echo "building CPython 3.13t failed" >&2
         return 1
     fi
-    touch "$prefix/.complete"
+    echo "${configure_options[*]}" > "$prefix/.complete"
 }
 
 prefix="${XDG_CACHE_HOME:-$HOME/.cache}/cpe-ci/python3.13t"
-if [ ! -e "$prefix/.complete" ]; then
+if ! usable_free_threaded_python "$prefix"; then
     echo "building CPython 3.13t at $prefix"
     build_free_threaded_python "$prefix"
+    usable_free_threaded_python "$prefix" || {
+        echo "the CPython 3.13t built at $prefix lacks the GIL-free build or a module" >&2
+        exit 1
+    }
 fi
 python_ft="$prefix/bin/python3.13t"
-"$python_ft" -c 'import sys, sysconfig; assert sysconfig.get_config_var("Py_GIL_DISABLED") == 1
-print(sys.version)'
+"$python_ft" -c 'import sys; print(sys.version)'
 
 copy_tree "$root" "$work/src"
 "$python_ft" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --upgrade pip
 requirements "$work/venv/bin/python" > "$work/requirements.txt"
-# Wheels only: pip then takes the newest release of each with a cp313t wheel (the
-# newest Hypothesis has none, and its source needs Rust crates from elsewhere).
+# Wheels only: pip then takes the newest release of each with a wheel for 3.13t
+# (the newest Hypothesis has none, and its source needs Rust crates from elsewhere).
 "$work/venv/bin/python" -m pip install -q --only-binary=:all: -r "$work/requirements.txt" \
     "pytest-run-parallel==0.10.0"
 install_cpe "$work/venv" "$work/src"
