@@ -51,4 +51,6 @@ RUN_PARALLEL_TESTS=(
     tests/test_paths.py tests/test_regressions.py
 )
 # shellcheck disable=SC2034
+RUN_PARALLEL_PLUGIN="pytest-run-parallel==0.10.0"
+# shellcheck disable=SC2034
 RUN_PARALLEL_OPTIONS=(--parallel-threads=4 -o thread_unsafe_functions=tracemalloc.start)

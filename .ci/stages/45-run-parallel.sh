@@ -8,5 +8,5 @@
 set -euo pipefail
 # shellcheck source=.ci/lib/common.sh disable=SC1091
 . .ci/lib/common.sh
-python -m pip install -q "pytest-run-parallel==0.10.0"
+python -m pip install -q "$RUN_PARALLEL_PLUGIN"
 python -m pytest -q -p no:cacheprovider "${RUN_PARALLEL_OPTIONS[@]}" "${RUN_PARALLEL_TESTS[@]}"

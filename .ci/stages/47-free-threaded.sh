@@ -78,7 +78,7 @@ requirements "$work/venv/bin/python" > "$work/requirements.txt"
 # Wheels only: pip then takes the newest release of each with a wheel for 3.13t
 # (the newest Hypothesis has none, and its source needs Rust crates from elsewhere).
 "$work/venv/bin/python" -m pip install -q --only-binary=:all: -r "$work/requirements.txt" \
-    "pytest-run-parallel==0.10.0"
+    "$RUN_PARALLEL_PLUGIN"
 install_cpe "$work/venv" "$work/src"
 
 # From $work: the tests import the installed build, not the copied sources.
