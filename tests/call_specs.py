@@ -916,7 +916,7 @@ class CallSpec:
     angle_bound: Callable[[Mapping[str, Any]], float]  # largest |angle| times angle_factor
     example: Callable[[int, int], dict[str, Any]]  # valid arguments for a (rows, D) output
     overlappable: str | None = None  # an array argument that may share memory with out=
-    has_out: bool = True  # takes out=
+    has_out: bool = True  # takes out= (a tuple of ``outputs`` arrays when > 1)
     outputs: int = 1  # > 1: returns a tuple of that many arrays, each of ``shape``
     width: str = "D"  # the argument that sets the last dimension of the output
     width_multiple: int = 1  # which the width must be a multiple of
@@ -1020,7 +1020,7 @@ SPECS: tuple[CallSpec, ...] = (
         shape=_rope_shape,
         angle_bound=_rope_bound,
         example=lambda rows, D: {"n": rows, "head_dim": _multiple(D, 2)},
-        has_out=False,
+        overlappable="n",
         outputs=2,
         width="head_dim",
         width_multiple=2,
@@ -1046,12 +1046,19 @@ class OutCase:
     value: Any  # what is passed as out=
     owner: np.ndarray | None = None  # the bytes the array lives in
     before: Any = None  # copy of owner (or of value) when made
+    parts: tuple[OutCase, ...] = ()  # for several outputs: one case each
 
     @property
     def is_wrong(self) -> bool:
         return self.kind not in ("good", "overlap", "masked")
 
+    def arrays(self) -> tuple[Any, ...]:
+        """What the call must return: out= itself, or the arrays of the tuple."""
+        return tuple(part.value for part in self.parts) if self.parts else (self.value,)
+
     def unchanged(self) -> bool:
+        if self.parts:
+            return all(part.unchanged() for part in self.parts)
         if self.owner is not None:
             return bool(np.array_equal(self.owner, self.before))
         if isinstance(self.value, (np.ndarray, memoryview)):
@@ -1062,6 +1069,8 @@ class OutCase:
 
     def guards_intact(self) -> bool:
         """Nothing was written outside the array's own bytes."""
+        if self.parts:
+            return all(part.guards_intact() for part in self.parts)
         if self.owner is None or not isinstance(self.value, np.ndarray):
             return True
         view = np.asarray(self.value)
@@ -1260,18 +1269,21 @@ def draw_call(
         return args, None, hostile_name
     guess = _guess_output(spec, args)
     shape, dtype = guess or ((2, 4), np.dtype(np.float64))
+    wrong = WRONG_OUT_KINDS + (TUPLE_OUT_KINDS if spec.outputs > 1 else ())
     if mode == "valid":
         kinds = RIGHT_OUT_KINDS + (("overlap",) if spec.overlappable else ())
     elif mode == "one_bad" and hostile_name != "out":
         kinds = RIGHT_OUT_KINDS
     elif mode == "one_bad":
-        kinds = WRONG_OUT_KINDS
+        kinds = wrong
     else:
-        kinds = RIGHT_OUT_KINDS + WRONG_OUT_KINDS + (("overlap",) if spec.overlappable else ())
+        kinds = RIGHT_OUT_KINDS + wrong + (("overlap",) if spec.overlappable else ())
     kind = pick(c, [k for k in kinds if k not in spec.avoided_out_kinds])
-    if kind == "none" or (guess is None and kind not in WRONG_OUT_KINDS):
-        out = None  # no right out= exists for an output that cannot be made
-    elif kind == "overlap":
+    if kind == "none" or (guess is None and kind not in wrong):
+        return args, None, hostile_name  # no right out= exists for an output that cannot be made
+    if spec.outputs > 1:
+        return args, make_out_tuple(c, spec, args, kind, shape, dtype), hostile_name
+    if kind == "overlap":
         if guess is None or spec.overlappable not in args:
             out = make_out(c, "good", shape, dtype)
         else:
@@ -1279,3 +1291,56 @@ def draw_call(
     else:
         out = make_out(c, kind, shape, dtype)
     return args, out, hostile_name
+
+
+# Wrong only as the out= of several outputs: not a tuple of the right length, or
+# arrays that share memory.
+TUPLE_OUT_KINDS = ("not_a_tuple", "shared")
+
+
+def make_out_tuple(
+    c: Chooser,
+    spec: CallSpec,
+    args: dict[str, Any],
+    kind: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+) -> OutCase:
+    """An out= of the given kind for ``spec.outputs`` outputs: a tuple of arrays,
+    all good but one of that kind (for "overlap", one whose memory holds the
+    positions); or, for TUPLE_OUT_KINDS, a wrong container or shared memory."""
+    count = spec.outputs
+    if kind == "not_a_tuple":
+        good = [make_out(c, "good", shape, dtype) for _ in range(count + 1)]
+        value = pick(
+            c,
+            (
+                lambda: good[0].value,  # one array
+                lambda: [part.value for part in good[:count]],  # a list
+                lambda: tuple(part.value for part in good[: count - 1]),  # too few
+                lambda: tuple(part.value for part in good),  # too many
+            ),
+        )()
+        return OutCase(kind, value, parts=tuple(good))
+    if kind == "shared":
+        view, owner = _owned(shape, dtype)
+        views = [view] * count  # the same array twice
+        if view.nbytes > 8 and c.integer(0, 1):
+            # Two arrays that overlap in all but their first 8 bytes (_owned
+            # leaves 8 spare bytes after the array).
+            start = GUARD + 8
+            views[1] = owner[start : start + view.nbytes].view(dtype).reshape(shape)
+        parts = tuple(OutCase(kind, v, owner, owner.copy()) for v in views)
+        return OutCase(kind, tuple(views), parts=parts)
+    index = c.integer(0, count - 1)
+    if kind == "overlap":
+        special = overlap_out(c, spec, args, dtype)
+        shape = special.value.shape  # of the positions now in it
+        # They may have replaced a count: a valid start is then 0.
+        spec.constrain(args, "valid", None)
+    else:
+        special = make_out(c, kind, shape, dtype)
+    parts = tuple(
+        special if i == index else make_out(c, "good", shape, dtype) for i in range(count)
+    )
+    return OutCase(kind, tuple(part.value for part in parts), parts=parts)

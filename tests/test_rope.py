@@ -204,3 +204,99 @@ def test_position_tables_are_the_encoding_rearranged(ids, head_dim, layout, dtyp
     assert cos.dtype == sin.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(cos.reshape(-1, head_dim), want_cos)
     np.testing.assert_array_equal(sin.reshape(-1, head_dim), want_sin)
+
+
+# ---- out=(cos, sin) ----
+
+OUT_REQUESTS = {
+    "table": ({"n": 300, "start": 4090}, (300, 64)),
+    "ids": ({"n": np.array([[7, 0, 65535], [3, 10**6, 2]])}, (2, 3, 64)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("request_name", list(OUT_REQUESTS))
+def test_out_is_filled_with_the_bits_of_new_tables_and_returned(request_name, layout, dtype):
+    kwargs, shape = OUT_REQUESTS[request_name]
+    kwargs = {**kwargs, "head_dim": 64, "base": 500000.0, "layout": layout, "dtype": dtype}
+    want_cos, want_sin = cpe.rope_cos_sin(**kwargs)
+    cos_out, sin_out = np.full(shape, np.nan, dtype), np.full(shape, np.nan, dtype)
+    cos, sin = cpe.rope_cos_sin(**kwargs, out=(cos_out, sin_out))
+    assert cos is cos_out
+    assert sin is sin_out
+    assert cos.tobytes() == want_cos.tobytes()
+    assert sin.tobytes() == want_sin.tobytes()
+
+
+def _views_sharing_all_but_one_value(shape):
+    owner = np.full(int(np.prod(shape)) + 1, 7.0)
+    return owner[:-1].reshape(shape), owner[1:].reshape(shape)
+
+
+BAD_ROPE_OUTS = [
+    (lambda s: np.full(s, 7.0), TypeError, r"out must be a tuple \(cos, sin\).*got ndarray"),
+    (lambda s: [np.full(s, 7.0), np.full(s, 7.0)], TypeError, "out must be a tuple.*got list"),
+    (lambda s: (np.full(s, 7.0),), TypeError, "out must be a tuple.*got a tuple of 1"),
+    (lambda s: (np.full(s, 7.0),) * 3, TypeError, "out must be a tuple.*got a tuple of 3"),
+    (
+        lambda s: (np.full(s, 7.0), np.full(s, 7.0, np.float32)),
+        TypeError,
+        r"out\[1\] \(sin\) must have dtype float64",
+    ),
+    (
+        lambda s: (np.full((*s[:-1], 66), 7.0), np.full(s, 7.0)),
+        ValueError,
+        r"out\[0\] \(cos\) must have shape",
+    ),
+    (
+        lambda s: (np.full(s, 7.0), np.full(s[::-1], 7.0).T),
+        ValueError,
+        r"out\[1\] \(sin\) must be C-contiguous",
+    ),
+    (lambda s: (np.full(s, 7.0), [7.0]), TypeError, r"out\[1\] \(sin\) must be a numpy.ndarray"),
+    (lambda s: (lambda a: (a, a))(np.full(s, 7.0)), ValueError, "must not share memory"),
+    (_views_sharing_all_but_one_value, ValueError, "must not share memory"),
+]
+
+
+@pytest.mark.parametrize(("make_out", "exc", "text"), BAD_ROPE_OUTS)
+@pytest.mark.parametrize("request_name", list(OUT_REQUESTS))
+def test_bad_out_is_rejected_by_name_and_left_untouched(request_name, make_out, exc, text):
+    kwargs, shape = OUT_REQUESTS[request_name]
+    out = make_out(shape)
+    arrays = list(out) if isinstance(out, (tuple, list)) else [out]
+    with pytest.raises(exc, match=text):
+        cpe.rope_cos_sin(**kwargs, head_dim=64, out=out)
+    for array in arrays:
+        assert (np.asarray(array) == 7.0).all()
+
+
+def test_read_only_out_is_rejected_and_left_untouched():
+    cos_out, sin_out = np.full((4, 8), 7.0), np.full((4, 8), 7.0)
+    sin_out.flags.writeable = False
+    with pytest.raises(ValueError, match=r"out\[1\] \(sin\) must be writeable"):
+        cpe.rope_cos_sin(4, 8, out=(cos_out, sin_out))
+    assert (cos_out == 7.0).all()
+    assert (sin_out == 7.0).all()
+
+
+def test_a_bad_position_leaves_out_untouched():
+    cos_out, sin_out = np.full((3, 8), 7.0), np.full((3, 8), 7.0)
+    with pytest.raises(ValueError, match="position must be finite"):
+        cpe.rope_cos_sin([1.0, 2.0, np.nan], 8, out=(cos_out, sin_out))
+    assert (cos_out == 7.0).all()
+    assert (sin_out == 7.0).all()
+
+
+@pytest.mark.parametrize("table", [0, 1])
+def test_positions_read_from_out_itself(table):
+    # The kernel writes row after row: positions stored in the rows it writes
+    # must have been copied first.
+    positions = np.array([5.0, 1.0, 70000.0, 3.0])
+    want_cos, want_sin = cpe.rope_cos_sin(positions, 8)
+    out = (np.zeros((4, 8)), np.zeros((4, 8)))
+    out[table].reshape(-1)[:4] = positions
+    cos, sin = cpe.rope_cos_sin(out[table].reshape(-1)[:4], 8, out=out)
+    np.testing.assert_array_equal(cos, want_cos)
+    np.testing.assert_array_equal(sin, want_sin)

@@ -33,10 +33,10 @@ def _outcome(spec: CallSpec, args: dict[str, Any], use_out: bool) -> tuple[Any, 
     """What a call gives, comparable bit for bit: bytes, dtype and shape, or the error."""
     try:
         if use_out and spec.has_out:
-            template = spec.call(args)  # shape and dtype of the output
-            out = np.full(template.shape, np.nan, template.dtype)
-            result = spec.call(args, out)
-            assert result is out
+            template = spec.arrays(spec.call(args))  # shape and dtype of the outputs
+            given = tuple(np.full(a.shape, np.nan, a.dtype) for a in template)
+            result = spec.call(args, given if spec.outputs > 1 else given[0])
+            assert all(a is b for a, b in zip(spec.arrays(result), given, strict=True))
         else:
             result = spec.call(args)
     except (TypeError, ValueError, OverflowError, MemoryError) as exc:

@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,5 +45,14 @@ def _fill_rope(
     interleaved: bool,
 ) -> None: ...
 def _rope_positions(
-    position: object, head_dim: int, base: object, dtype: object, interleaved: bool
+    position: object,
+    head_dim: int,
+    base: object,
+    dtype: object,
+    interleaved: bool,
+    check_out: Callable[
+        [tuple[int, ...], np.dtype[Any]],
+        tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]],
+    ]
+    | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...

@@ -1078,8 +1078,8 @@ def _check_out(out, shape, dtype, sizes):
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
     """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
 
-    For cpe._rope, which has checked the arguments and made both arrays: new,
-    C-contiguous, float64 or float32, of the same shape ``(n, head_dim)``.
+    For cpe._rope, which has checked the arguments and both arrays: C-contiguous,
+    float64 or float32, of the same shape ``(n, head_dim)``, not overlapping.
     """
     cdef Py_ssize_t n = cos.shape[0], width = cos.shape[1]
     cdef bint single = cos.itemsize == 4
@@ -1106,28 +1106,53 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
     _raise_for(status)
 
 
-def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved):
+def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved,
+                    check_out=None):
     """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape).
 
     For cpe._rope, which has checked ``head_dim`` (even, >= 2). The positions,
     ``base`` and ``dtype`` are checked as positional_encoding checks them, with
-    its messages. Both tables share one allocation: two of a few MiB each would,
-    with glibc's default thresholds, be page-faulted again on every call.
+    its messages. ``check_out(shape, dtype)``, when given, returns the caller's
+    two arrays checked (before any position is scanned or copied). Otherwise both
+    tables share one allocation: two of a few MiB each would, with glibc's
+    default thresholds, be page-faulted again on every call.
     """
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)
     arr = _position_array(position)
     shape = arr.shape + (head_dim,)
+    if check_out is not None:
+        cos, sin = check_out(shape, dt)
+    # Also with out=: a float16 table's float64 rows may not fit.
     if _too_large((2,) + shape, dt):
         raise ValueError(f"position and D: the outputs of shape {shape} are too large to "
                          "allocate")
-    # Flat, then each half reshaped: (2,) + shape may have one dimension more than
-    # NumPy allows, while each table has at most as many as an encoding.
-    both = np.empty((2, arr.size * head_dim), dtype=dt)
-    cos, sin = both[0].reshape(shape), both[1].reshape(shape)
-    cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, arr.size != 0)
-    if arr.size == 0:
+    cdef Py_ssize_t n = arr.size
+    if check_out is None:
+        # Flat, then each half reshaped: (2,) + shape may have one dimension more
+        # than NumPy allows, while each table has at most as many as an encoding.
+        both = np.empty((2, n * head_dim), dtype=dt)
+        cos, sin = both[0].reshape(shape), both[1].reshape(shape)
+    cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, n != 0)
+    if n == 0:
         return cos, sin
+    cdef cnp.ndarray pos = _positions_float64(arr)
+    if check_out is not None and (np.may_share_memory(pos, cos)
+                                  or np.may_share_memory(pos, sin)):
+        pos = pos.copy()  # the kernel reads positions while it writes rows
+    cdef cnp.ndarray target
+    cdef char* sin_data
+    if dt is _FLOAT16:  # float64 rows of both tables, rounded once below
+        target = np.empty((2, n * head_dim), dtype=np.float64)
+        sin_data = _address(target) + n * head_dim * cnp.PyArray_ITEMSIZE(target)
+    else:
+        target, sin_data = cos, _address(sin)
+    _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), n, enc, sin_data,
+                    interleaved)
+    if dt is _FLOAT16:
+        cos[...] = target[0].reshape(shape)
+        sin[...] = target[1].reshape(shape)
+    return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr)
     cdef cnp.ndarray target = _kernel_target(both, dt)
     cdef Py_ssize_t n = pos.size

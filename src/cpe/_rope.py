@@ -31,6 +31,7 @@ def rope_cos_sin(
     start: int = 0,
     layout: str = "half",
     dtype: npt.DTypeLike = np.float64,
+    out: tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]] | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
@@ -63,12 +64,19 @@ def rope_cos_sin(
         Column order, as above.
     dtype : {float64, float32, float16}, optional
         Output dtype.
+    out : tuple of two numpy.ndarray, optional
+        ``(cos, sin)`` arrays to fill, as NumPy's ufuncs take ``out=`` for two
+        outputs: each writable, C-contiguous, of the output's shape and dtype
+        ``dtype``, and not sharing memory with the other. Refilling the same
+        arrays saves the page faults of new ones (for large tables, most of
+        the time of a call). Both are left untouched if any argument is rejected.
 
     Returns
     -------
     cos, sin : numpy.ndarray
-        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``;
-        the two halves of one allocation (either keeps the memory of both).
+        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``:
+        the arrays of ``out``, or the two halves of one new allocation (either
+        keeps the memory of both).
 
     Examples
     --------
@@ -82,6 +90,12 @@ def rope_cos_sin(
     >>> cos, sin = cpe.rope_cos_sin(np.array([[3, 1]]), 4, layout="interleaved")
     >>> sin[0, 1].round(4).tolist()
     [0.8415, 0.8415, 0.01, 0.01]
+    >>> cos_buffer = np.empty((4, 8), dtype=np.float32)   # refilled call after call
+    >>> sin_buffer = np.empty_like(cos_buffer)
+    >>> cos, sin = cpe.rope_cos_sin(4, 8, start=100, dtype=np.float32,
+    ...                             out=(cos_buffer, sin_buffer))
+    >>> cos is cos_buffer and sin is sin_buffer
+    True
     """
     width = _check_count(head_dim, "head_dim", 2)
     if width % 2:
@@ -93,16 +107,53 @@ def rope_cos_sin(
     output_dtype = _check_dtype(dtype)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
+    if out is not None and (type(out) is not tuple or len(out) != 2):
+        raise TypeError(f"out must be a tuple (cos, sin) of two numpy.ndarray, got {_kind(out)}")
     # The RoPE kernel writes both tables at once, from consecutive positions or
     # from any; float16 tables take float64 rows rounded once.
     if _is_count(n):
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
-        return _rope_table(n, width, start, base, dtype, kernel_layout)
+        return _rope_table(n, width, start, base, dtype, kernel_layout, out)
     _check_no_offset(start)
     try:
-        return _rope_positions(n, width, base, output_dtype, layout == "interleaved")
+        return _rope_positions(
+            n,
+            width,
+            base,
+            output_dtype,
+            layout == "interleaved",
+            None if out is None else _out_checker(out, "n (the positions) and head_dim"),
+        )
     except (TypeError, ValueError) as exc:
         raise _renamed(exc) from None
+
+
+def _kind(value: Any) -> str:
+    if type(value) is tuple:
+        return f"a tuple of {len(value)}"
+    return type(value).__name__
+
+
+def _out_checker(out: tuple[Any, Any], sizes: str) -> Any:
+    """``check(shape, dtype)``: the two arrays of ``out``, checked as any ``out=``,
+    or a TypeError/ValueError naming the one at fault."""
+
+    def one(index: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        try:
+            return _check_out(out[index], shape, dtype, sizes)
+        except (TypeError, ValueError) as exc:
+            text = str(exc)
+            if text.startswith("out "):  # not the size, which names its own arguments
+                text = f"out[{index}] ({('cos', 'sin')[index]}) {text[len('out ') :]}"
+            raise type(exc)(text) from None
+
+    def check(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[Any, Any]:
+        cos, sin = one(0, shape, dtype), one(1, shape, dtype)
+        if np.may_share_memory(cos, sin):  # exact for C-contiguous arrays
+            raise ValueError("out: its cos and sin arrays must not share memory")
+        return cos, sin
+
+    return check
 
 
 # The 1-D functions' names for the arguments, and rope_cos_sin's.
@@ -141,9 +192,18 @@ _CHUNK_BYTES = 256 * 1024
 
 
 def _rope_table(
-    n: int, width: int, start: Any, base: Any, dtype: Any, kernel_layout: str
+    n: int,
+    width: int,
+    start: Any,
+    base: Any,
+    dtype: Any,
+    kernel_layout: str,
+    out: tuple[Any, Any] | None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     rows = _check_count(n, "n", 0)
+    given = None
+    if out is not None:  # before the size, as any out= is
+        given = _out_checker(out, "n and head_dim")((rows, width), _check_dtype(dtype))
     # Check the arguments (start, and start + n) on empty tables, then the size.
     try:
         empty = positional_encoding_table(
@@ -159,9 +219,11 @@ def _rope_table(
         )
     except (TypeError, ValueError) as exc:
         raise _renamed(exc) from None
+    if given is not None:
+        cos, sin = given
     # One allocation for both tables: two large ones in a row would, with
     # glibc's default thresholds, be trimmed and page-faulted again on every call.
-    if 2 * rows * width * empty.itemsize <= sys.maxsize:
+    elif 2 * rows * width * empty.itemsize <= sys.maxsize:
         cos, sin = _check_out(None, (2, rows, width), empty.dtype, "n and head_dim")
     else:  # each table alone may still be representable: let the allocator say
         cos = _check_out(None, (rows, width), empty.dtype, "n and head_dim")

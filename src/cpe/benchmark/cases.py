@@ -312,16 +312,24 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
         "base": ROPE_BASE,
         "float32": np.float32,
         "float64": np.float64,
+        **_rope_out((n, head_dim)),
     }
     top = POSITION_RANGE + n
     competitors = [
         Competitor(CPE, "cpe", "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32)"),
+        Competitor(
+            CPE_OUT,
+            "cpe",
+            "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32, out=out)",
+            atol_rounded_once(np.float32, top),
+        ),
         *float32_rivals(
             "numpy_rope(n, head_dim, base, arg, float32)",
             "[a.astype(float32) for a in numpy_rope(n, head_dim, base, arg, float64)]",
             top,
         ),
         Competitor(FLOOR_NEW, "floor", "np_empty((2, n, head_dim), float32).fill(1.0)"),
+        Competitor(FLOOR_OUT, "floor", "both.fill(1.0)"),
     ]
     return Group(
         kind="rope",
@@ -337,8 +345,14 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
         names=names,
         args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
         competitors=competitors,
-        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW)],
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW), Ratio(CPE_OUT, FLOOR_OUT)],
     )
+
+
+def _rope_out(shape: tuple[int, ...]) -> dict[str, object]:
+    """``out``, a (cos, sin) pair for rope_cos_sin's out=, and ``both``, its memory."""
+    both = np.empty((2, *shape), np.float32)
+    return {"both": both, "out": (both[0], both[1])}
 
 
 def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.Generator) -> Group:
@@ -356,10 +370,17 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
         "base": ROPE_BASE,
         "float32": np.float32,
         "float64": np.float64,
+        **_rope_out(full_shape),
     }
     top = POSITION_RANGE + shape[1]
     competitors = [
         Competitor(CPE, "cpe", "cpe_rope(arg, head_dim, base=base, dtype=float32)"),
+        Competitor(
+            CPE_OUT,
+            "cpe",
+            "cpe_rope(arg, head_dim, base=base, dtype=float32, out=out)",
+            atol_rounded_once(np.float32, top),
+        ),
         # The same number of rows, as a table: the throughput to match.
         Competitor(
             CPE_TABLE_SAME_VALUES,
@@ -372,6 +393,7 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
             top,
         ),
         Competitor(FLOOR_NEW, "floor", "np_empty(both_shape, float32).fill(1.0)"),
+        Competitor(FLOOR_OUT, "floor", "both.fill(1.0)"),
     ]
     return Group(
         kind="rope positions",
@@ -394,6 +416,7 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
             *_rivals_over_cpe(competitors),
             Ratio(CPE, CPE_TABLE_SAME_VALUES),
             Ratio(CPE, FLOOR_NEW),
+            Ratio(CPE_OUT, FLOOR_OUT),
         ],
     )
 
