@@ -63,6 +63,21 @@ BIG_REQUESTS = {
         "np.stack(cpe.rope_cos_sin(16384, 132, start=10**6 - 16384, dtype=np.float32))"
     ),
     "rope f32, rows of 520 bytes": "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32))",
+    # Position ids (one, two and three digits, negative ones too) are streamed
+    # the same way.
+    "rope ids f32 half": (
+        "np.stack(cpe.rope_cos_sin(np.arange(16384) * 7919 % 131071 - 65535, 128,"
+        " dtype=np.float32))"
+    ),
+    "rope ids f64 interleaved": (
+        "np.stack(cpe.rope_cos_sin(np.arange(8192) * 7919 % 131071 - 65535, 128,"
+        " layout='interleaved'))"
+    ),
+}
+# The positions of the position-id requests above.
+ROPE_IDS = {
+    "rope ids f32 half": np.arange(16384) * 7919 % 131071 - 65535,
+    "rope ids f64 interleaved": np.arange(8192) * 7919 % 131071 - 65535,
 }
 
 # buffers.py's source, for the subprocesses.
@@ -140,6 +155,7 @@ def test_big_rope_tables_meet_the_bounds(name, report_error):
     _, n, head_dim = tables.shape
     layout = "interleaved" if "interleaved" in name else "half"
     first = 10**6 - n if "start" in BIG_REQUESTS[name] else 0
+    positions = ROPE_IDS.get(name, first + np.arange(n))
     rng = np.random.default_rng(len(name))
     bound = 3.0e-8 if tables.dtype == np.float32 else 1e-15
     for table in (0, 1):
@@ -149,7 +165,7 @@ def test_big_rope_tables_meet_the_bounds(name, report_error):
                     f"{tables.dtype.name}, outputs >= 16 MiB (streamed)",
                     error(
                         tables[table, i, k],
-                        first + i,
+                        int(positions[i]),
                         head_dim,
                         rope_column(k, head_dim, layout, table),
                     ),

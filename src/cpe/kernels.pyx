@@ -689,6 +689,25 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
         for i in range(n_freq):
             buffers[2 * row_doubles + i] = 0.0
             buffers[2 * row_doubles + n_freq + i] = 1.0
+    # RoPE tables of 16 MiB and more (both together) are built a chunk of rows at
+    # a time in a buffer, from which they are streamed, as for consecutive rows.
+    cdef floating* rope_buffer = NULL
+    cdef floating* cos_row
+    cdef floating* sin_row
+    cdef Py_ssize_t k = 0, rope_chunk = 1
+    if (rope_sin != NULL and _streaming(2 * n_positions, width, sizeof(floating))
+            and (width * sizeof(floating)) % 16 == 0
+            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>rope_sin) % 16 == 0):
+        rope_chunk = max(1, _ROPE_CHUNK_BYTES // (width * <Py_ssize_t>sizeof(floating)))
+        rope_buffer = <floating*>malloc(2 * rope_chunk * width * sizeof(floating) + 64)
+        if rope_buffer == NULL:
+            free(owned)
+            return CPE_ERR_NOMEM
+    cdef floating* cos_buffer = NULL
+    cdef floating* sin_buffer = NULL
+    if rope_buffer != NULL:
+        cos_buffer = <floating*>_line_start(<double*>rope_buffer)
+        sin_buffer = cos_buffer + rope_chunk * width
     cdef const double* chain[64]
     cdef int shift = 0
     while shift < 62 and (<Py_ssize_t>1) << shift < radix:
@@ -698,21 +717,32 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     for i in range(n_positions):
         count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, shift,
                              n_levels, row_doubles)
+        if rope_buffer != NULL:
+            k = i % rope_chunk
+            cos_row, sin_row = cos_buffer + k * width, sin_buffer + k * width
+        else:
+            cos_row = out + i * width
+            sin_row = NULL if rope_sin == NULL else rope_sin + i * width
         if rope_sin != NULL and count == 2 and positions[i] > 0:
             # The values _store_rows then _rope_split would give, written once.
-            _store_rope_product(out + i * width, rope_sin + i * width, chain[1], chain[0],
-                                n_freq, layout)
-            continue
-        _store_rows(out + i * width, chain, count, c, width, stream, buffers)
-        if rope_sin == NULL:
-            negated += positions[i] < 0
-            continue
-        if positions[i] < 0:
-            _negate_sines(out + i * width, c)
-        _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
-    free(owned)
-    if stream:
+            _store_rope_product(cos_row, sin_row, chain[1], chain[0], n_freq, layout)
+        else:
+            _store_rows(cos_row, chain, count, c, width, stream, buffers)
+            if rope_sin == NULL:
+                negated += positions[i] < 0
+                continue
+            if positions[i] < 0:
+                _negate_sines(cos_row, c)
+            _rope_split(cos_row, sin_row, 1, width, layout)
+        if rope_buffer != NULL and (k == rope_chunk - 1 or i == n_positions - 1):
+            cpe_stream_bytes(<char*>(out + (i - k) * width), <const char*>cos_buffer,
+                             (k + 1) * width * sizeof(floating))
+            cpe_stream_bytes(<char*>(rope_sin + (i - k) * width), <const char*>sin_buffer,
+                             (k + 1) * width * sizeof(floating))
+    if stream or rope_buffer != NULL:
         cpe_stream_fence()
+    free(owned)
+    free(rope_buffer)
     if negated:
         for i in range(n_positions):
             if positions[i] < 0:
