@@ -1319,6 +1319,7 @@ def make_out_tuple(
                 lambda: [part.value for part in good[:count]],  # a list
                 lambda: tuple(part.value for part in good[: count - 1]),  # too few
                 lambda: tuple(part.value for part in good),  # too many
+                lambda: (None, *(part.value for part in good[1:count])),  # a part left out
             ),
         )()
         return OutCase(kind, value, parts=tuple(good))

@@ -64,20 +64,20 @@ BIG_REQUESTS = {
     ),
     "rope f32, rows of 520 bytes": "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32))",
     # Position ids (one, two and three digits, negative ones too) are streamed
-    # the same way.
+    # the same way, ending in a partial chunk (16 and 8 rows a chunk here).
     "rope ids f32 half": (
-        "np.stack(cpe.rope_cos_sin(np.arange(16384) * 7919 % 131071 - 65535, 128,"
+        "np.stack(cpe.rope_cos_sin(np.arange(16389) * 7919 % 131071 - 65535, 128,"
         " dtype=np.float32))"
     ),
     "rope ids f64 interleaved": (
-        "np.stack(cpe.rope_cos_sin(np.arange(8192) * 7919 % 131071 - 65535, 128,"
+        "np.stack(cpe.rope_cos_sin(np.arange(8195) * 7919 % 131071 - 65535, 128,"
         " layout='interleaved'))"
     ),
 }
 # The positions of the position-id requests above.
 ROPE_IDS = {
-    "rope ids f32 half": np.arange(16384) * 7919 % 131071 - 65535,
-    "rope ids f64 interleaved": np.arange(8192) * 7919 % 131071 - 65535,
+    "rope ids f32 half": np.arange(16389) * 7919 % 131071 - 65535,
+    "rope ids f64 interleaved": np.arange(8195) * 7919 % 131071 - 65535,
 }
 
 # buffers.py's source, for the subprocesses.
@@ -159,7 +159,7 @@ def test_big_rope_tables_meet_the_bounds(name, report_error):
     rng = np.random.default_rng(len(name))
     bound = 3.0e-8 if tables.dtype == np.float32 else 1e-15
     for table in (0, 1):
-        for i in rng.integers(0, n, 30).tolist():
+        for i in [*rng.integers(0, n, 30).tolist(), n - 1]:  # the last chunk too
             for k in rng.integers(0, head_dim, 6).tolist():
                 report_error(
                     f"{tables.dtype.name}, outputs >= 16 MiB (streamed)",

@@ -1113,7 +1113,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     For cpe._rope, which has checked ``head_dim`` (even, >= 2). The positions,
     ``base`` and ``dtype`` are checked as positional_encoding checks them, with
     its messages. ``check_out(shape, dtype)``, when given, returns the caller's
-    two arrays checked (before any position is scanned or copied). Otherwise both
+    two arrays checked (before any position is converted or copied). Otherwise both
     tables share one allocation: two of a few MiB each would, with glibc's
     default thresholds, be page-faulted again on every call.
     """
@@ -1152,12 +1152,4 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     if dt is _FLOAT16:
         cos[...] = target[0].reshape(shape)
         sin[...] = target[1].reshape(shape)
-    return cos, sin
-    cdef cnp.ndarray pos = _positions_float64(arr)
-    cdef cnp.ndarray target = _kernel_target(both, dt)
-    cdef Py_ssize_t n = pos.size
-    _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), n, enc,
-                    _address(target) + n * head_dim * cnp.PyArray_ITEMSIZE(target), interleaved)
-    if target is not both:
-        both[...] = target
     return cos, sin

@@ -69,7 +69,8 @@ def rope_cos_sin(
         outputs: each writable, C-contiguous, of the output's shape and dtype
         ``dtype``, and not sharing memory with the other. Refilling the same
         arrays saves the page faults of new ones (for large tables, most of
-        the time of a call). Both are left untouched if any argument is rejected.
+        the time of a call; float16 tables are still computed in a new float64
+        array). Both are left untouched if any argument is rejected.
 
     Returns
     -------
@@ -139,12 +140,15 @@ def _out_checker(out: tuple[Any, Any], sizes: str) -> Any:
     or a TypeError/ValueError naming the one at fault."""
 
     def one(index: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        name = f"out[{index}] ({('cos', 'sin')[index]})"
+        if out[index] is None:  # _check_out would allocate one
+            raise TypeError(f"{name} must be a numpy.ndarray, got NoneType")
         try:
             return _check_out(out[index], shape, dtype, sizes)
         except (TypeError, ValueError) as exc:
             text = str(exc)
             if text.startswith("out "):  # not the size, which names its own arguments
-                text = f"out[{index}] ({('cos', 'sin')[index]}) {text[len('out ') :]}"
+                text = f"{name} {text[len('out ') :]}"
             raise type(exc)(text) from None
 
     def check(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[Any, Any]:
