@@ -73,11 +73,19 @@ BIG_REQUESTS = {
         "np.stack(cpe.rope_cos_sin(np.arange(8195) * 7919 % 131071 - 65535, 128,"
         " layout='interleaved'))"
     ),
+    # Beyond 65536, a dense span of ids (across 0, with some 0s) takes digit
+    # tables of the span instead, streamed too.
+    "rope ids f32 half, a span past 65536": (
+        "np.stack(cpe.rope_cos_sin((np.arange(16389) * 7919 % 160001 - 80000)"
+        " * (np.arange(16389) % 1000 != 500), 128, dtype=np.float32))"
+    ),
 }
 # The positions of the position-id requests above.
 ROPE_IDS = {
     "rope ids f32 half": np.arange(16389) * 7919 % 131071 - 65535,
     "rope ids f64 interleaved": np.arange(8195) * 7919 % 131071 - 65535,
+    "rope ids f32 half, a span past 65536": (np.arange(16389) * 7919 % 160001 - 80000)
+    * (np.arange(16389) % 1000 != 500),
 }
 
 # buffers.py's source, for the subprocesses.

@@ -392,34 +392,72 @@ cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const
             cpe_rope_interleaved_float(cos_row, sin_row, a, b, n_freq)
 
 
-# Rows of a streamed RoPE block built at a time: both chunks stay in L1.
+# RoPE tables of 16 MiB and more (both together) are built a chunk of rows at a
+# time in a buffer, from which they are streamed: both chunks stay in L1.
 cdef Py_ssize_t _ROPE_CHUNK_BYTES = 8 * 1024
 
 
-cdef inline void _store_rope_block(floating* cos_rows, floating* sin_rows, Py_ssize_t n_rows,
-                                   const double* low, const double* b, Py_ssize_t n_freq,
-                                   int layout, floating* buffer,
-                                   Py_ssize_t chunk) noexcept nogil:
-    # RoPE rows i < n_rows of the products of low row i and b; with a buffer,
-    # chunk rows at a time built there and streamed (rows 16-byte aligned).
-    cdef Py_ssize_t i, k, width = 2 * n_freq
-    cdef size_t nbytes
-    if buffer == NULL:
-        for i in range(n_rows):
-            _store_rope_product(cos_rows + i * width, sin_rows + i * width,
-                                low + 2 * n_freq * i, b, n_freq, layout)
+cdef struct rope_rows:
+    # Where row i of RoPE's tables is built: in place (owned == NULL), or in the
+    # next slot of the cos and sin chunks, streamed once full (rows must then be
+    # built in order, 0, 1, 2, ...).
+    char* owned             # malloc'd, freed by _rope_rows_free
+    char* cos_chunk         # on a cache line
+    char* sin_chunk
+    Py_ssize_t chunk        # rows a chunk
+    Py_ssize_t slot         # rows in the chunks
+    Py_ssize_t row_bytes
+
+
+cdef inline int _rope_rows_init(rope_rows* r, const void* cos_out, const void* sin_out,
+                                Py_ssize_t n_rows, Py_ssize_t width,
+                                size_t itemsize) noexcept nogil:
+    """Streamed when there is a sin table, both tables together are large enough
+    to stream and every row starts 16-byte aligned; else in place."""
+    r.owned = r.cos_chunk = r.sin_chunk = NULL
+    r.chunk = 1
+    r.slot = 0
+    r.row_bytes = width * <Py_ssize_t>itemsize
+    if not (sin_out != NULL and _streaming(2 * n_rows, width, itemsize)
+            and r.row_bytes % 16 == 0
+            and (<uintptr_t>cos_out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
+        return CPE_OK
+    r.chunk = max(1, _ROPE_CHUNK_BYTES // r.row_bytes)
+    r.owned = <char*>malloc(2 * r.chunk * r.row_bytes + 64)
+    if r.owned == NULL:
+        return CPE_ERR_NOMEM
+    r.cos_chunk = <char*>_line_start(<double*>r.owned)
+    r.sin_chunk = r.cos_chunk + r.chunk * r.row_bytes
+    return CPE_OK
+
+
+cdef inline floating* _rope_row(const rope_rows* r, floating* table, Py_ssize_t i,
+                                Py_ssize_t width, bint sines) noexcept nogil:
+    """Where row i of ``table`` (the cos table, or the sin table if ``sines``) is built."""
+    if r.owned == NULL:
+        return table + i * width
+    return <floating*>((r.sin_chunk if sines else r.cos_chunk) + r.slot * r.row_bytes)
+
+
+cdef inline void _rope_row_done(rope_rows* r, floating* cos_out, floating* sin_out,
+                                Py_ssize_t i, Py_ssize_t last, Py_ssize_t width) noexcept nogil:
+    """Row i of both tables is built: stream the chunks when full, or at row ``last``."""
+    if r.owned == NULL:
         return
-    cdef floating* cos_buffer = <floating*>_line_start(<double*>buffer)
-    cdef floating* sin_buffer = cos_buffer + chunk * width
-    i = 0
-    while i < n_rows:
-        for k in range(min(chunk, n_rows - i)):
-            _store_rope_product(cos_buffer + k * width, sin_buffer + k * width,
-                                low + 2 * n_freq * (i + k), b, n_freq, layout)
-        nbytes = min(chunk, n_rows - i) * width * sizeof(floating)
-        cpe_stream_bytes(<char*>(cos_rows + i * width), <const char*>cos_buffer, nbytes)
-        cpe_stream_bytes(<char*>(sin_rows + i * width), <const char*>sin_buffer, nbytes)
-        i += chunk
+    r.slot += 1
+    if r.slot == r.chunk or i == last:
+        i -= r.slot - 1  # the first row in the chunks
+        cpe_stream_bytes(<char*>(cos_out + i * width), r.cos_chunk, r.slot * r.row_bytes)
+        cpe_stream_bytes(<char*>(sin_out + i * width), r.sin_chunk, r.slot * r.row_bytes)
+        r.slot = 0
+
+
+cdef inline void _rope_rows_free(rope_rows* r) noexcept nogil:
+    """Fence the streamed stores (before anything else is written), then free."""
+    if r.owned != NULL:
+        cpe_stream_fence()
+    free(r.owned)
+    r.owned = NULL
 
 
 cdef inline void _store_chain(floating* row, const double** chain, int count,
@@ -689,25 +727,12 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
         for i in range(n_freq):
             buffers[2 * row_doubles + i] = 0.0
             buffers[2 * row_doubles + n_freq + i] = 1.0
-    # RoPE tables of 16 MiB and more (both together) are built a chunk of rows at
-    # a time in a buffer, from which they are streamed, as for consecutive rows.
-    cdef floating* rope_buffer = NULL
+    cdef rope_rows rope
+    if _rope_rows_init(&rope, out, rope_sin, n_positions, width, sizeof(floating)) != CPE_OK:
+        free(owned)
+        return CPE_ERR_NOMEM
     cdef floating* cos_row
     cdef floating* sin_row
-    cdef Py_ssize_t k = 0, rope_chunk = 1
-    if (rope_sin != NULL and _streaming(2 * n_positions, width, sizeof(floating))
-            and (width * sizeof(floating)) % 16 == 0
-            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>rope_sin) % 16 == 0):
-        rope_chunk = max(1, _ROPE_CHUNK_BYTES // (width * <Py_ssize_t>sizeof(floating)))
-        rope_buffer = <floating*>malloc(2 * rope_chunk * width * sizeof(floating) + 64)
-        if rope_buffer == NULL:
-            free(owned)
-            return CPE_ERR_NOMEM
-    cdef floating* cos_buffer = NULL
-    cdef floating* sin_buffer = NULL
-    if rope_buffer != NULL:
-        cos_buffer = <floating*>_line_start(<double*>rope_buffer)
-        sin_buffer = cos_buffer + rope_chunk * width
     cdef const double* chain[64]
     cdef int shift = 0
     while shift < 62 and (<Py_ssize_t>1) << shift < radix:
@@ -717,12 +742,8 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     for i in range(n_positions):
         count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, shift,
                              n_levels, row_doubles)
-        if rope_buffer != NULL:
-            k = i % rope_chunk
-            cos_row, sin_row = cos_buffer + k * width, sin_buffer + k * width
-        else:
-            cos_row = out + i * width
-            sin_row = NULL if rope_sin == NULL else rope_sin + i * width
+        cos_row = _rope_row(&rope, out, i, width, False)
+        sin_row = NULL if rope_sin == NULL else _rope_row(&rope, rope_sin, i, width, True)
         if rope_sin != NULL and count == 2 and positions[i] > 0:
             # The values _store_rows then _rope_split would give, written once.
             _store_rope_product(cos_row, sin_row, chain[1], chain[0], n_freq, layout)
@@ -734,15 +755,11 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
             if positions[i] < 0:
                 _negate_sines(cos_row, c)
             _rope_split(cos_row, sin_row, 1, width, layout)
-        if rope_buffer != NULL and (k == rope_chunk - 1 or i == n_positions - 1):
-            cpe_stream_bytes(<char*>(out + (i - k) * width), <const char*>cos_buffer,
-                             (k + 1) * width * sizeof(floating))
-            cpe_stream_bytes(<char*>(rope_sin + (i - k) * width), <const char*>sin_buffer,
-                             (k + 1) * width * sizeof(floating))
-    if stream or rope_buffer != NULL:
+        _rope_row_done(&rope, out, rope_sin, i, n_positions - 1, width)
+    _rope_rows_free(&rope)
+    if stream:
         cpe_stream_fence()
     free(owned)
-    free(rope_buffer)
     if negated:
         for i in range(n_positions):
             if positions[i] < 0:
@@ -829,6 +846,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
         return CPE_ERR_RANGE
 
     cdef digits t
+    cdef rope_rows rope
     cdef double* pairs
     cdef bint stream
     cdef Py_ssize_t span = 0, libm_rows, r
@@ -847,6 +865,10 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
                             -1) != CPE_OK:
                 return CPE_ERR_NOMEM
             stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
+            if _rope_rows_init(&rope, out, rope_sin, n_positions, width,
+                               sizeof(floating)) != CPE_OK:
+                _digits_free(&t)
+                return CPE_ERR_NOMEM
             for i in range(n_positions):
                 d = <Py_ssize_t>(positions[i] - lowest)
                 d2 = d // (t.radix * t.radix)
@@ -854,10 +876,16 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
                 d0 = d % t.radix
                 _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
                                t.high + 2 * n_freq * d2, n_freq)
+                if rope_sin != NULL:
+                    # The values of _store_product then _rope_split, written once.
+                    _store_rope_product(_rope_row(&rope, out, i, width, False),
+                                        _rope_row(&rope, rope_sin, i, width, True),
+                                        t.low + 2 * n_freq * d0, t.scratch, n_freq, layout)
+                    _rope_row_done(&rope, out, rope_sin, i, n_positions - 1, width)
+                    continue
                 _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width,
                                stream)
-                if rope_sin != NULL:
-                    _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
+            _rope_rows_free(&rope)
             _digits_free(&t)
             if stream:
                 cpe_stream_fence()
@@ -963,23 +991,15 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
 
     cdef digits t
     cdef bint stream = _streaming(n_rows, width, sizeof(floating)) and rope_sin == NULL
-    # RoPE tables of 16 MiB and more (both together) are built a chunk of rows at
-    # a time in a buffer, from which they are streamed.
-    cdef floating* rope_buffer = NULL
-    cdef Py_ssize_t rope_chunk = 0
-    if (rope_sin != NULL and _streaming(2 * n_rows, width, sizeof(floating))
-            and (width * sizeof(floating)) % 16 == 0
-            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>rope_sin) % 16 == 0):
-        rope_chunk = max(1, _ROPE_CHUNK_BYTES // (width * <Py_ssize_t>sizeof(floating)))
-        rope_buffer = <floating*>malloc(2 * rope_chunk * width * sizeof(floating) + 64)
-        if rope_buffer == NULL:
-            return CPE_ERR_NOMEM
+    cdef rope_rows rope
+    if _rope_rows_init(&rope, out, rope_sin, n_rows, width, sizeof(floating)) != CPE_OK:
+        return CPE_ERR_NOMEM
     cdef Py_ssize_t offset = -1
     if stream and c.sin_step == 2:
         offset = _stream_offset(out, width, sizeof(floating))
     if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix,
                     offset) != CPE_OK:
-        free(rope_buffer)
+        _rope_rows_free(&rope)
         return CPE_ERR_NOMEM
     radix = t.radix
     for d2 in range(t.n_high):
@@ -989,18 +1009,20 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                 break
             _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
                            t.high + 2 * n_freq * d2, n_freq)
-            if rope_sin != NULL:
-                _store_rope_block(out + row0 * width, rope_sin + row0 * width,
-                                  min(radix, n_rows - row0), t.low, t.scratch, n_freq,
-                                  layout, rope_buffer, rope_chunk)
-                continue
             for d0 in range(min(radix, n_rows - row0)):
-                _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
-                               t.scratch, &c, width, stream)
+                if rope_sin == NULL:
+                    _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
+                                   t.scratch, &c, width, stream)
+                    continue
+                i = row0 + d0
+                _store_rope_product(_rope_row(&rope, out, i, width, False),
+                                    _rope_row(&rope, rope_sin, i, width, True),
+                                    t.low + 2 * n_freq * d0, t.scratch, n_freq, layout)
+                _rope_row_done(&rope, out, rope_sin, i, n_rows - 1, width)
     _digits_free(&t)
-    if stream or rope_buffer != NULL:
+    _rope_rows_free(&rope)
+    if stream:
         cpe_stream_fence()
-    free(rope_buffer)
     if start <= 0 and start + <double>n_rows > 0:
         i = <Py_ssize_t>(-start)
         _store_origin(out + i * width, &c, width,
