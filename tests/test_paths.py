@@ -79,6 +79,10 @@ BIG_REQUESTS = {
         "np.stack(cpe.rope_cos_sin((np.arange(16389) * 7919 % 160001 - 80000)"
         " * (np.arange(16389) % 1000 != 500), 128, dtype=np.float32))"
     ),
+    "rope ids f64 interleaved, a span past 65536": (
+        "np.stack(cpe.rope_cos_sin(np.arange(8195) * 7919 % 200001 - 100000, 128,"
+        " layout='interleaved'))"
+    ),
 }
 # The positions of the position-id requests above.
 ROPE_IDS = {
@@ -86,6 +90,7 @@ ROPE_IDS = {
     "rope ids f64 interleaved": np.arange(8195) * 7919 % 131071 - 65535,
     "rope ids f32 half, a span past 65536": (np.arange(16389) * 7919 % 160001 - 80000)
     * (np.arange(16389) % 1000 != 500),
+    "rope ids f64 interleaved, a span past 65536": np.arange(8195) * 7919 % 200001 - 100000,
 }
 
 # buffers.py's source, for the subprocesses.

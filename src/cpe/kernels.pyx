@@ -711,7 +711,8 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
 
     A negative position is written as its magnitude with the sines negated, so
     that p and -p give exactly opposite sines and equal cosines. With rope_sin,
-    each row is split (_rope_split) while it is in the cache.
+    RoPE's rows: those of two digit rows (positive) written once where they go,
+    the others made as encoding rows and split (_rope_split) while in the cache.
     """
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef bint stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
@@ -1009,11 +1010,12 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
                 break
             _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
                            t.high + 2 * n_freq * d2, n_freq)
-            for d0 in range(min(radix, n_rows - row0)):
-                if rope_sin == NULL:
+            if rope_sin == NULL:
+                for d0 in range(min(radix, n_rows - row0)):
                     _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
                                    t.scratch, &c, width, stream)
-                    continue
+                continue
+            for d0 in range(min(radix, n_rows - row0)):
                 i = row0 + d0
                 _store_rope_product(_rope_row(&rope, out, i, width, False),
                                     _rope_row(&rope, rope_sin, i, width, True),
