@@ -63,35 +63,32 @@ BIG_REQUESTS = {
         "np.stack(cpe.rope_cos_sin(16384, 132, start=10**6 - 16384, dtype=np.float32))"
     ),
     "rope f32, rows of 520 bytes": "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32))",
-    # Position ids (one, two and three digits, negative ones too) are streamed
-    # the same way, ending in a partial chunk (16 and 8 rows a chunk here).
-    "rope ids f32 half": (
-        "np.stack(cpe.rope_cos_sin(np.arange(16389) * 7919 % 131071 - 65535, 128,"
-        " dtype=np.float32))"
-    ),
+}
+# RoPE tables of position ids, streamed the same way and ending in a partial
+# chunk (16 and 8 rows a chunk here): ids of one, two and three digits, negative
+# ones too; beyond 65536, a dense span of ids (across 0, with some 0s) takes
+# digit tables of the span instead. Name: (ids, keywords).
+ROPE_IDS = {
+    "rope ids f32 half": ("np.arange(16389) * 7919 % 131071 - 65535", "dtype=np.float32"),
     "rope ids f64 interleaved": (
-        "np.stack(cpe.rope_cos_sin(np.arange(8195) * 7919 % 131071 - 65535, 128,"
-        " layout='interleaved'))"
+        "np.arange(8195) * 7919 % 131071 - 65535",
+        "layout='interleaved'",
     ),
-    # Beyond 65536, a dense span of ids (across 0, with some 0s) takes digit
-    # tables of the span instead, streamed too.
     "rope ids f32 half, a span past 65536": (
-        "np.stack(cpe.rope_cos_sin((np.arange(16389) * 7919 % 160001 - 80000)"
-        " * (np.arange(16389) % 1000 != 500), 128, dtype=np.float32))"
+        "(np.arange(16389) * 7919 % 160001 - 80000) * (np.arange(16389) % 1000 != 500)",
+        "dtype=np.float32",
     ),
     "rope ids f64 interleaved, a span past 65536": (
-        "np.stack(cpe.rope_cos_sin(np.arange(8195) * 7919 % 200001 - 100000, 128,"
-        " layout='interleaved'))"
+        "np.arange(8195) * 7919 % 200001 - 100000",
+        "layout='interleaved'",
     ),
 }
-# The positions of the position-id requests above.
-ROPE_IDS = {
-    "rope ids f32 half": np.arange(16389) * 7919 % 131071 - 65535,
-    "rope ids f64 interleaved": np.arange(8195) * 7919 % 131071 - 65535,
-    "rope ids f32 half, a span past 65536": (np.arange(16389) * 7919 % 160001 - 80000)
-    * (np.arange(16389) % 1000 != 500),
-    "rope ids f64 interleaved, a span past 65536": np.arange(8195) * 7919 % 200001 - 100000,
-}
+BIG_REQUESTS.update(
+    {
+        name: f"np.stack(cpe.rope_cos_sin({ids}, 128, {keywords}))"
+        for name, (ids, keywords) in ROPE_IDS.items()
+    }
+)
 
 # buffers.py's source, for the subprocesses.
 ON_LINE = Path(buffers.__file__).read_text()
@@ -168,7 +165,7 @@ def test_big_rope_tables_meet_the_bounds(name, report_error):
     _, n, head_dim = tables.shape
     layout = "interleaved" if "interleaved" in name else "half"
     first = 10**6 - n if "start" in BIG_REQUESTS[name] else 0
-    positions = ROPE_IDS.get(name, first + np.arange(n))
+    positions = eval(ROPE_IDS[name][0]) if name in ROPE_IDS else first + np.arange(n)
     rng = np.random.default_rng(len(name))
     bound = 3.0e-8 if tables.dtype == np.float32 else 1e-15
     for table in (0, 1):

@@ -114,7 +114,7 @@ def rope_cos_sin(
     # from any; float16 tables take float64 rows rounded once.
     if _is_count(n):
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
-        return _rope_table(n, width, start, base, dtype, kernel_layout, out)
+        return _rope_table(n, width, start, base, output_dtype, kernel_layout, out)
     _check_no_offset(start)
     try:
         return _rope_positions(
@@ -207,7 +207,7 @@ def _rope_table(
     rows = _check_count(n, "n", 0)
     given = None
     if out is not None:  # before the size, as any out= is
-        given = _out_checker(out, "n and head_dim")((rows, width), _check_dtype(dtype))
+        given = _out_checker(out, "n and head_dim")((rows, width), dtype)
     # Check the arguments (start, and start + n) on empty tables, then the size.
     try:
         empty = positional_encoding_table(
