@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cpe
-from buffers import on_line
+from buffers import fresh, on_line
 from cpe import _reference as ref
 
 
@@ -134,12 +134,14 @@ def test_grid_errors_leave_out_untouched(call, exc, text):
     np.testing.assert_array_equal(out, 7.0)
 
 
-# Grids of 16 MiB and more are copied with streaming stores when every token row
-# starts on a 16-byte boundary; 8 bytes past one they take the plain copies.
-@pytest.mark.parametrize("offset", [0, 8])
+# Grids of 16 MiB and more are copied with streaming stores into mapped memory
+# when every token row starts on a 16-byte boundary; 8 bytes past one, or into
+# memory nothing has written yet ("fresh"), they take the plain copies.
+@pytest.mark.parametrize("offset", [0, 8, "fresh"])
 @pytest.mark.parametrize("layout", ["mae", "timm", "timm_interleaved"])
 def test_big_grids(layout, offset):
-    out = on_line((64 * 64, 1024), np.float64, offset)
+    shape = (64 * 64, 1024)
+    out = fresh(shape, np.float64) if offset == "fresh" else on_line(shape, np.float64, offset)
     assert cpe.sincos_2d(64, 64, 1024, layout=layout, out=out) is out
     if layout == "mae":
         expected = ref.mae_2d(1024, 64)

@@ -1,15 +1,18 @@
 """Every fast path gives the bits of the portable path and meets the accuracy bounds.
 
-Outputs of 16 MiB and more are written with streaming (non-temporal) stores on
-x86-64, with the widest SIMD copy the CPU has; CPE_DISABLE_STREAM=1 turns them
-off and CPE_DISABLE_SIMD=1 / CPE_DISABLE_AVX512=1 select narrower copies, so the
-same request made in subprocesses with each must give identical bytes.
+On x86-64, outputs of 16 MiB and more are written with streaming (non-temporal)
+stores when their memory is already mapped (buffers.on_line), and with ordinary
+stores into memory nothing has written yet (buffers.fresh), with the widest SIMD
+copy the CPU has; CPE_DISABLE_STREAM=1 turns streaming off and
+CPE_DISABLE_SIMD=1 / CPE_DISABLE_AVX512=1 select narrower copies, so the same
+request made in subprocesses with each must give identical bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -22,18 +25,43 @@ import cpe
 import cpe.kernels
 from exact import error
 
+# Each streamed into a mapped buffer, unless its name says otherwise.
 BIG_REQUESTS = {
-    "table f64": "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048)",
-    "table f32, rows not 16-byte aligned": (
-        "cpe.positional_encoding_table(2000, 2102, start=10**6 - 2000, dtype=np.float32)"
+    # New arrays, as users ask for them (mapped or not, as the allocator has them).
+    "table f64, new array": "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048)",
+    "table f32, new array": (
+        "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)"
     ),
-    "table f32": "cpe.positional_encoding_table(4096, 1024, start=10**6 - 4096, dtype=np.float32)",
-    "ids f64": "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024)",
-    "table f64, new encoding": "cpe.positional_encoding_table(2048, 1026, base=777.0)",
+    "table f64, fresh out=": (
+        "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048,"
+        " out=fresh((2048, 1024), np.float64))"
+    ),
+    "table f32, rows not 16-byte aligned": (
+        "cpe.positional_encoding_table(2000, 2102, start=10**6 - 2000, dtype=np.float32,"
+        " out=on_line((2000, 2102), np.float32, 0))"
+    ),
+    "ids f64": (
+        "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024,"
+        " out=on_line((2100, 1024), np.float64, 0))"
+    ),
+    "ids f64, fresh out=": (
+        "cpe.positional_encoding(np.arange(10**6 - 2100, 10**6)[::-1].copy(), 1024,"
+        " out=fresh((2100, 1024), np.float64))"
+    ),
+    "table f64, new encoding": (
+        "cpe.positional_encoding_table(2048, 1026, base=777.0,"
+        " out=on_line((2048, 1026), np.float64, 0))"
+    ),
     # Digit levels too wide to keep, made for the request; then made by the kernel
     # (63 rows: fewer than a request that uses levels).
-    "table f64, wide": "cpe.positional_encoding_table(480, 4608, start=10**6 - 480)",
-    "table f32, few wide rows": "cpe.positional_encoding_table(63, 66592, dtype=np.float32)",
+    "table f64, wide": (
+        "cpe.positional_encoding_table(480, 4608, start=10**6 - 480,"
+        " out=on_line((480, 4608), np.float64, 0))"
+    ),
+    "table f32, few wide rows": (
+        "cpe.positional_encoding_table(63, 66592, dtype=np.float32,"
+        " out=on_line((63, 66592), np.float32, 0))"
+    ),
     # Streamed rows read at the output's offset from a cache line (see
     # _stream_offset): outputs on a line, and 8 bytes past one.
     "table f64, out= on a cache line": (
@@ -45,42 +73,63 @@ BIG_REQUESTS = {
         " out=on_line((4096, 1024), np.float32, 8))"
     ),
     # Rows of one digit (p < 256, multiples of 256) among rows of two (D <= 128).
-    "ids f64, one and two digits": "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64)",
+    "ids f64, one and two digits": (
+        "cpe.positional_encoding(np.arange(40000) * 7 % 600, 64,"
+        " out=on_line((40000, 64), np.float64, 0))"
+    ),
     "ids f32, one and two digits": (
-        "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32)"
+        "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32,"
+        " out=on_line((40000, 128), np.float32, 0))"
     ),
     # RoPE tables of 16 MiB together: built in a buffer, 8 KiB of rows at a time,
     # and streamed; blocks of 32 rows (head_dim > 128) end in a partial chunk.
     # Rows of 520 bytes, not a multiple of 16, are written in place instead
     # (streamed, the second chunk would start off a 16-byte boundary).
     "rope f32 half": (
-        "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32))"
+        "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32,"
+        " out=mapped_pair((16384, 128), np.float32)))"
+    ),
+    "rope f32 half, fresh out=": (
+        "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32,"
+        " out=fresh_pair((16384, 128), np.float32)))"
     ),
     "rope f64 interleaved": (
-        "np.stack(cpe.rope_cos_sin(8192, 128, start=10**6 - 8192, layout='interleaved'))"
+        "np.stack(cpe.rope_cos_sin(8192, 128, start=10**6 - 8192, layout='interleaved',"
+        " out=mapped_pair((8192, 128), np.float64)))"
     ),
     "rope f32, partial chunks": (
-        "np.stack(cpe.rope_cos_sin(16384, 132, start=10**6 - 16384, dtype=np.float32))"
+        "np.stack(cpe.rope_cos_sin(16384, 132, start=10**6 - 16384, dtype=np.float32,"
+        " out=mapped_pair((16384, 132), np.float32)))"
     ),
-    "rope f32, rows of 520 bytes": "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32))",
+    "rope f32, rows of 520 bytes": (
+        "np.stack(cpe.rope_cos_sin(16200, 130, dtype=np.float32,"
+        " out=mapped_pair((16200, 130), np.float32)))"
+    ),
 }
 # RoPE tables of position ids, streamed the same way and ending in a partial
 # chunk (16 and 8 rows a chunk here): ids of one, two and three digits, negative
 # ones too; beyond 65536, a dense span of ids (across 0, with some 0s) takes
 # digit tables of the span instead. Name: (ids, keywords).
 ROPE_IDS = {
-    "rope ids f32 half": ("np.arange(16389) * 7919 % 131071 - 65535", "dtype=np.float32"),
+    "rope ids f32 half": (
+        "np.arange(16389) * 7919 % 131071 - 65535",
+        "dtype=np.float32, out=mapped_pair((16389, 128), np.float32)",
+    ),
+    "rope ids f32 half, fresh out=": (
+        "np.arange(16389) * 7919 % 131071 - 65535",
+        "dtype=np.float32, out=fresh_pair((16389, 128), np.float32)",
+    ),
     "rope ids f64 interleaved": (
         "np.arange(8195) * 7919 % 131071 - 65535",
-        "layout='interleaved'",
+        "layout='interleaved', out=mapped_pair((8195, 128), np.float64)",
     ),
     "rope ids f32 half, a span past 65536": (
         "(np.arange(16389) * 7919 % 160001 - 80000) * (np.arange(16389) % 1000 != 500)",
-        "dtype=np.float32",
+        "dtype=np.float32, out=mapped_pair((16389, 128), np.float32)",
     ),
     "rope ids f64 interleaved, a span past 65536": (
         "np.arange(8195) * 7919 % 200001 - 100000",
-        "layout='interleaved'",
+        "layout='interleaved', out=mapped_pair((8195, 128), np.float64)",
     ),
 }
 BIG_REQUESTS.update(
@@ -91,10 +140,10 @@ BIG_REQUESTS.update(
 )
 
 # buffers.py's source, for the subprocesses.
-ON_LINE = Path(buffers.__file__).read_text()
+BUFFERS_SOURCE = Path(buffers.__file__).read_text()
 
 SCRIPT = (
-    ON_LINE
+    BUFFERS_SOURCE
     + """
 import hashlib, sys
 import cpe
@@ -108,7 +157,9 @@ for expression in sys.argv[1:]:
 
 def namespace() -> dict:
     """What the request expressions may use, in this process."""
-    return {"cpe": cpe, "np": np, "on_line": buffers.on_line}
+    return {
+        name: getattr(buffers, name) for name in ("on_line", "fresh", "mapped_pair", "fresh_pair")
+    } | {"cpe": cpe, "np": np}
 
 
 SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
@@ -143,6 +194,24 @@ def test_streaming_and_plain_stores_give_the_same_bits():
     assert digests("CPE_DISABLE_STREAM") == widest
 
 
+def streams(array: np.ndarray) -> bool:
+    return cpe.kernels._streams(array.reshape(-1).view(np.uint8))
+
+
+def test_large_outputs_are_streamed_only_into_mapped_memory():
+    # Streaming stores are what x86-64 has (and what CPE_DISABLE_STREAM turns off).
+    can_stream = platform.machine().lower() in ("x86_64", "amd64") and not os.environ.get(
+        "CPE_DISABLE_STREAM"
+    )
+    big = buffers.fresh((16 << 20) // 8, np.float64)
+    if sys.platform.startswith("linux"):  # elsewhere cpe cannot tell: it streams
+        assert not streams(big)
+    big[::512] = 1.0  # one write a page maps them all
+    assert streams(big) == can_stream
+    assert not streams(buffers.on_line(((16 << 20) - 64) // 8, np.float64, 0))  # too small
+    assert streams(buffers.on_line((16 << 20) // 8, np.float64, 0)) == can_stream
+
+
 def test_in_process_results_match_the_subprocess():
     # Guards against the subprocesses all taking a path this process does not.
     here = [
@@ -172,7 +241,7 @@ def test_big_rope_tables_meet_the_bounds(name, report_error):
         for i in [*rng.integers(0, n, 30).tolist(), n - 1]:  # the last chunk too
             for k in rng.integers(0, head_dim, 6).tolist():
                 report_error(
-                    f"{tables.dtype.name}, outputs >= 16 MiB (streamed)",
+                    f"{tables.dtype.name}, outputs >= 16 MiB",
                     error(
                         tables[table, i, k],
                         int(positions[i]),
@@ -201,7 +270,7 @@ def test_big_outputs_meet_the_bounds(name, report_error):
     for i in rng.integers(0, array.shape[0], 30).tolist():
         for k in rng.integers(0, D, 6).tolist():
             report_error(
-                f"{array.dtype.name}, outputs >= 16 MiB (streamed)",
+                f"{array.dtype.name}, outputs >= 16 MiB",
                 error(array[i, k], int(positions[i]), D, k, base),
                 bound,
             )

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cpe
+from buffers import on_line
 from cpe import _reference as ref
 from exact import error
 
@@ -298,8 +299,14 @@ ORIGIN_ROWS = [
         1500,
         lambda: ref.positional_encoding(0, 9, convention="fairseq"),
     ),
-    (  # streamed (32 MiB); a start that is not a multiple of radix**2
-        lambda: cpe.positional_encoding_table(2**19, 16, start=-(2**18 + 12345), dtype=np.float32),
+    (  # streamed (32 MiB, mapped); a start that is not a multiple of radix**2
+        lambda: cpe.positional_encoding_table(
+            2**19,
+            16,
+            start=-(2**18 + 12345),
+            dtype=np.float32,
+            out=on_line((2**19, 16), np.float32, 0),
+        ),
         2**18 + 12345,
         lambda: ref.positional_encoding(0, 16),
     ),

@@ -27,6 +27,7 @@ cdef extern from "cpe_rows.h":
                                 Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_fence() noexcept nogil
     void cpe_stream_bytes(char* dst, const char* src, size_t n) noexcept nogil
+    bint cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
     int cpe_rows_level
     void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
@@ -121,8 +122,7 @@ def _tile_rows(unsigned char[:, ::1] out, const unsigned char[:, ::1] first,
         aligned = aligned and spec[k][2] % 16 == 0 and spec[k][3] % 16 == 0
     if not rows or not columns or not width:
         return
-    cdef bint stream = (STREAM_ENABLED and aligned
-                        and out.shape[0] * width >= STREAM_BYTES)
+    cdef bint stream = aligned and _streaming(&out[0, 0], out.shape[0], width, 1)
     cdef char* row
     cdef const char* source
     with nogil:
@@ -418,7 +418,7 @@ cdef inline int _rope_rows_init(rope_rows* r, const void* cos_out, const void* s
     r.chunk = 1
     r.slot = 0
     r.row_bytes = width * <Py_ssize_t>itemsize
-    if not (sin_out != NULL and _streaming(2 * n_rows, width, itemsize)
+    if not (sin_out != NULL and _streaming(cos_out, n_rows, width, itemsize, sin_out)
             and r.row_bytes % 16 == 0
             and (<uintptr_t>cos_out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
         return CPE_OK
@@ -634,8 +634,23 @@ cdef inline void _digits_free(digits* t) noexcept nogil:
 
 # ---- kernels ----
 
-cdef inline bint _streaming(Py_ssize_t rows, Py_ssize_t width, size_t itemsize) noexcept nogil:
-    return STREAM_ENABLED and width % 2 == 0 and rows * width * <Py_ssize_t>itemsize >= STREAM_BYTES
+cdef inline bint _streaming(const void* out, Py_ssize_t rows, Py_ssize_t width,
+                            size_t itemsize, const void* sin_out=NULL) noexcept nogil:
+    """Whether ``rows`` rows at ``out`` (and as many at ``sin_out``, RoPE's sin
+    table) are written with streaming stores: outputs of STREAM_BYTES and more
+    whose memory is already mapped (see cpe_mostly_mapped)."""
+    cdef Py_ssize_t n_bytes = rows * width * <Py_ssize_t>itemsize
+    if not (STREAM_ENABLED and width % 2 == 0
+            and n_bytes >= (STREAM_BYTES if sin_out == NULL else STREAM_BYTES // 2)):
+        return False
+    return cpe_mostly_mapped(out, n_bytes) and (sin_out == NULL
+                                                or cpe_mostly_mapped(sin_out, n_bytes))
+
+
+def _streams(const unsigned char[::1] out):
+    """Whether the kernels would write ``out`` (bytes, viewed as uint8) with
+    streaming stores. For the tests."""
+    return _streaming(&out[0] if out.shape[0] else NULL, out.shape[0] // 2, 2, 1)
 
 
 cdef inline void _store_rows(floating* row, const double** chain, Py_ssize_t count,
@@ -715,7 +730,7 @@ cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_
     the others made as encoding rows and split (_rope_split) while in the cache.
     """
     cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef bint stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
+    cdef bint stream = rope_sin == NULL and _streaming(out, n_positions, width, sizeof(floating))
     cdef double* owned = NULL
     cdef double* buffers = NULL
     cdef Py_ssize_t i, count, negated = 0
@@ -865,7 +880,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
             if _digits_init(&t, lowest, span, w_hi, w_lo, n_freq, low, middle, radix,
                             -1) != CPE_OK:
                 return CPE_ERR_NOMEM
-            stream = _streaming(n_positions, width, sizeof(floating)) and rope_sin == NULL
+            stream = rope_sin == NULL and _streaming(out, n_positions, width, sizeof(floating))
             if _rope_rows_init(&rope, out, rope_sin, n_positions, width,
                                sizeof(floating)) != CPE_OK:
                 _digits_free(&t)
@@ -991,7 +1006,7 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
         return CPE_OK
 
     cdef digits t
-    cdef bint stream = _streaming(n_rows, width, sizeof(floating)) and rope_sin == NULL
+    cdef bint stream = rope_sin == NULL and _streaming(out, n_rows, width, sizeof(floating))
     cdef rope_rows rope
     if _rope_rows_init(&rope, out, rope_sin, n_rows, width, sizeof(floating)) != CPE_OK:
         return CPE_ERR_NOMEM
