@@ -212,6 +212,35 @@ def test_large_outputs_are_streamed_only_into_mapped_memory():
     assert streams(buffers.on_line((16 << 20) // 8, np.float64, 0)) == can_stream
 
 
+LARGE_NEW_OUTPUTS = {  # 16 MiB and more
+    "table f64": lambda: [cpe.positional_encoding_table(2048, 1024, start=5)],
+    "table f16": lambda: [cpe.positional_encoding_table(8192, 1024, dtype=np.float16)],
+    "ids f32": lambda: [cpe.positional_encoding(np.arange(4096 * 5), 256, dtype=np.float32)],
+    "grid": lambda: [cpe.sincos_2d(64, 64, 1024)],
+    "rope table": lambda: list(cpe.rope_cos_sin(16384, 128, dtype=np.float32)),
+    "rope ids": lambda: list(cpe.rope_cos_sin(np.arange(32768).reshape(8, 4096), 64)),
+}
+
+
+@pytest.mark.parametrize("name", LARGE_NEW_OUTPUTS)
+def test_large_new_outputs_start_on_a_huge_page_boundary(name):
+    # On Linux, so that huge pages can map them whole (see _core._new_array):
+    # views of a NumPy buffer, otherwise like np.empty's arrays. (Their values
+    # are held to the bounds by BIG_REQUESTS' new arrays and test_accuracy.)
+    arrays = LARGE_NEW_OUTPUTS[name]()
+    for array in arrays:
+        assert array.flags.c_contiguous
+        assert array.flags.writeable
+        assert array.flags.aligned
+        if sys.platform.startswith("linux"):
+            assert array.ctypes.data % (2 << 20) == 0
+            assert isinstance(array.base, np.ndarray)
+    if name.startswith("rope"):
+        assert not np.shares_memory(arrays[0], arrays[1])
+    small = cpe.positional_encoding_table(1024, 1024, dtype=np.float64)  # 8 MiB
+    assert small.flags.owndata
+
+
 def test_in_process_results_match_the_subprocess():
     # Guards against the subprocesses all taking a path this process does not.
     here = [
