@@ -24,7 +24,10 @@ def fresh(shape, dtype):
     has written yet, as a new large array's is: its pages are mapped by the first
     write, and cpe writes such memory with ordinary stores."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return np.frombuffer(mmap.mmap(-1, max(size, 1)), np.uint8, size).view(dtype).reshape(shape)
+    # Private, as malloc's memory is (a shared mapping is never given huge pages).
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
+    memory = mmap.mmap(-1, max(size, 1), **private)
+    return np.frombuffer(memory, np.uint8, size).view(dtype).reshape(shape)
 
 
 def mapped_pair(shape, dtype):
