@@ -25,8 +25,10 @@ def fresh(shape, dtype):
     write, and cpe writes such memory with ordinary stores."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     # Private, as malloc's memory is (a shared mapping is never given huge pages).
-    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
-    memory = mmap.mmap(-1, max(size, 1), **private)
+    if hasattr(mmap, "MAP_ANONYMOUS"):
+        memory = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:
+        memory = mmap.mmap(-1, max(size, 1))
     return np.frombuffer(memory, np.uint8, size).view(dtype).reshape(shape)
 
 

@@ -111,6 +111,7 @@ for label, files in (("sdist", sdist_files), ("wheel", wheel_files)):
 for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
                  "src/cpe/__init__.py", "src/cpe/_core.pyx", "src/cpe/_core.pyi",
                  "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/cpe_rows.h",
+                 "src/cpe/cpe_memory.h",
                  "src/cpe/py.typed",
                  "src/cpe/_reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",

@@ -18,6 +18,10 @@ from libc.math cimport fabs, isfinite
 from libc.string cimport memset
 
 from cpe._conventions import resolve as _resolve_convention
+
+cdef extern from "cpe_memory.h":
+    int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
+
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
@@ -292,27 +296,33 @@ cdef bint _too_large(tuple shape, dt):
     return count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
 
 
-# New outputs of this many bytes and more start on a 2 MiB boundary on Linux,
-# where the kernel can then map them with huge pages from the first byte to the
-# last (NumPy asks for huge pages from 4 MiB). NumPy's own 32 MiB array starts 16
-# bytes past a page: its first and last 2 MiB took ~512 small page faults, ~1 ms
-# on the CI machine, and new 32-64 MiB tables, grids and RoPE pairs of tables took
-# 16-34% less time aligned (256 MiB float64 tables: 4-6%).
+# New outputs of this many bytes and more start on a 2 MiB boundary on Linux
+# when NumPy's memory for them is not mapped yet: the kernel can then map them
+# with huge pages from the first byte to the last (NumPy asks for huge pages from
+# 4 MiB). NumPy's own 32 MiB array starts 16 bytes past a page: its first and
+# last 2 MiB took ~512 small page faults, ~1 ms on the CI machine, and new 32-64
+# MiB tables, grids and RoPE pairs of tables took 16-34% less time aligned (256
+# MiB float64 tables: 4-6%). Memory the allocator hands back already mapped (it
+# can, in long-running processes) takes no page faults at all: it is kept.
 cdef Py_ssize_t _HUGE_PAGE_BYTES = 2 * 1024 * 1024
 cdef Py_ssize_t _ALIGNED_OUTPUT_BYTES = 16 * 1024 * 1024
 cdef bint _ALIGN_OUTPUTS = sys.platform.startswith("linux")
 
 
 cdef object _new_array(tuple shape, dt):
-    """``np.empty(shape, dt)`` for an output, on a 2 MiB boundary when large (see
-    above): a view of a NumPy buffer 2 MiB longer, whose unused ends are never
-    written (so never mapped to memory). ``shape`` must not be _too_large."""
-    cdef Py_ssize_t nbytes = dt.itemsize, extent
-    for extent in shape:
-        nbytes *= extent
+    """``np.empty(shape, dt)`` for an output, on a 2 MiB boundary when large and
+    not mapped yet (see above): then a view of a NumPy buffer 2 MiB longer, whose
+    unused ends are never written (so never mapped). ``shape`` must not be
+    _too_large."""
+    cdef cnp.ndarray array = np.empty(shape, dtype=dt)
+    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(array)
+    cdef size_t address = <size_t>cnp.PyArray_DATA(array)
     if (not _ALIGN_OUTPUTS or nbytes < _ALIGNED_OUTPUT_BYTES
-            or nbytes > PY_SSIZE_T_MAX - _HUGE_PAGE_BYTES):
-        return np.empty(shape, dtype=dt)
+            or nbytes > PY_SSIZE_T_MAX - _HUGE_PAGE_BYTES
+            or address % _HUGE_PAGE_BYTES == 0
+            or cpe_mostly_mapped(<void*>address, nbytes) != 0):
+        return array
+    array = None  # its memory is given back before the longer buffer is taken
     raw = np.empty(nbytes + _HUGE_PAGE_BYTES, dtype=np.uint8)
     cdef Py_ssize_t skip = (_HUGE_PAGE_BYTES
                             - <size_t>cnp.PyArray_DATA(raw) % _HUGE_PAGE_BYTES) % _HUGE_PAGE_BYTES

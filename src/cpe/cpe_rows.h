@@ -657,37 +657,6 @@ CPE_STREAM_DISPATCH(f32, float)
 
 static void cpe_stream_fence(void) { _mm_sfence(); }
 
-/* Whether most of the n bytes at p are already mapped to memory, the pages that
-   streaming stores pay off in. A page of a new allocation is mapped by its first
-   write: the kernel clears it, which leaves it in the cache, where ordinary
-   stores find it; a streaming store to such a line first writes the zeros back
-   to memory (new tables of 32-256 MiB took 4-20% longer streamed). 16 pages
-   sampled evenly, none the first (the allocator writes its header there). Where
-   that cannot be known, 1: stream. */
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-static int cpe_mostly_mapped(const void *p, size_t n) {
-    long page = sysconf(_SC_PAGESIZE);
-    int samples = 16, mapped = 0;
-    if (page <= 0 || n < (size_t)page * samples)
-        return 1;
-    for (int k = 0; k < samples; k++) {
-        uintptr_t address = (uintptr_t)p + n / samples * k + n / (2 * samples);
-        unsigned char resident = 0;
-        if (mincore((void *)(address - address % (uintptr_t)page), 1, &resident) != 0)
-            return 1;
-        mapped += resident & 1;
-    }
-    return 2 * mapped >= samples;
-}
-#else
-static int cpe_mostly_mapped(const void *p, size_t n) {
-    (void)p;
-    (void)n;
-    return 1;
-}
-#endif
 
 /* n bytes from src to dst with non-temporal 16-byte stores. dst and n are
    multiples of 16 (the caller checks), so that no cache line mixes both kinds
@@ -718,11 +687,6 @@ static void cpe_stream_product_f32(float *row, const double *a, const double *b,
     cpe_store_interleaved_float(row, a, b, n_pairs, n_freq);
 }
 static void cpe_stream_fence(void) {}
-static int cpe_mostly_mapped(const void *p, size_t n) {
-    (void)p;
-    (void)n;
-    return 0;
-}
 static void cpe_stream_bytes(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
 #endif
 

@@ -19,6 +19,9 @@ from libc.stdint cimport uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cython cimport floating
 
+cdef extern from "cpe_memory.h":
+    int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
+
 cdef extern from "cpe_rows.h":
     bint CPE_HAVE_STREAM
     void cpe_stream_product_f64(double* row, const double* a, const double* b,
@@ -27,7 +30,6 @@ cdef extern from "cpe_rows.h":
                                 Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_fence() noexcept nogil
     void cpe_stream_bytes(char* dst, const char* src, size_t n) noexcept nogil
-    bint cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
     int cpe_rows_level
     void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
@@ -638,13 +640,13 @@ cdef inline bint _streaming(const void* out, Py_ssize_t rows, Py_ssize_t width,
                             size_t itemsize, const void* sin_out=NULL) noexcept nogil:
     """Whether ``rows`` rows at ``out`` (and as many at ``sin_out``, RoPE's sin
     table) are written with streaming stores: outputs of STREAM_BYTES and more
-    whose memory is already mapped (see cpe_mostly_mapped)."""
+    whose memory is already mapped, or may be (see cpe_memory.h)."""
     cdef Py_ssize_t n_bytes = rows * width * <Py_ssize_t>itemsize
     if not (STREAM_ENABLED and width % 2 == 0
             and n_bytes >= (STREAM_BYTES if sin_out == NULL else STREAM_BYTES // 2)):
         return False
-    return cpe_mostly_mapped(out, n_bytes) and (sin_out == NULL
-                                                or cpe_mostly_mapped(sin_out, n_bytes))
+    return cpe_mostly_mapped(out, n_bytes) != 0 and (sin_out == NULL
+                                                     or cpe_mostly_mapped(sin_out, n_bytes) != 0)
 
 
 def _streams(const unsigned char[::1] out):
