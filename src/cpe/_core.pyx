@@ -296,37 +296,69 @@ cdef bint _too_large(tuple shape, dt):
     return count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
 
 
-# New outputs of this many bytes and more start on a 2 MiB boundary on Linux
-# when NumPy's memory for them is not mapped yet: the kernel can then map them
-# with huge pages from the first byte to the last (NumPy asks for huge pages from
-# 4 MiB). NumPy's own 32 MiB array starts 16 bytes past a page: its first and
-# last 2 MiB took ~512 small page faults, ~1 ms on the CI machine, and new 32-64
-# MiB tables, grids and RoPE pairs of tables took 16-34% less time aligned (256
-# MiB float64 tables: 4-6%). Memory the allocator hands back already mapped (it
-# can, in long-running processes) takes no page faults at all: it is kept.
-cdef Py_ssize_t _HUGE_PAGE_BYTES = 2 * 1024 * 1024
-cdef Py_ssize_t _ALIGNED_OUTPUT_BYTES = 16 * 1024 * 1024
-cdef bint _ALIGN_OUTPUTS = sys.platform.startswith("linux")
+# On Linux, new outputs of this many bytes and more (the size from which the
+# kernels stream) are views of a NumPy byte buffer, which cpe places on a huge
+# page boundary when NumPy's memory for them is not mapped yet: the kernel can
+# then map them with huge pages from the first byte to the last (NumPy asks for
+# huge pages from 4 MiB). NumPy's own 32 MiB array starts 16 bytes past a page:
+# its first and last 2 MiB took ~512 small page faults, ~1 ms on the CI machine,
+# and new 32-64 MiB tables, grids and RoPE pairs of tables took 16-34% less time
+# aligned (256 MiB float64 tables: 4-6%). Memory the allocator hands back
+# already mapped (it can, in long-running processes) takes no page faults at
+# all: it is kept. Always a view at these sizes, whichever memory it got, so
+# that what a call returns does not depend on the allocator's history.
+cdef Py_ssize_t _VIEW_OUTPUT_BYTES = 16 * 1024 * 1024
+cdef bint _VIEW_OUTPUTS = sys.platform.startswith("linux")
+
+
+def _huge_page_bytes():
+    """The size of the huge pages the kernel maps NumPy's large arrays with
+    (transparent huge pages "always" or "madvise", up to 4 MiB), or 0: new
+    outputs are placed on such a boundary. Read once, at import."""
+    if not _VIEW_OUTPUTS:
+        return 0
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            enabled = f.read()
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            size = int(f.read())
+    except (OSError, ValueError):
+        return 0
+    # Larger huge pages (512 MiB with 64 KiB base pages) would cost too much
+    # address space for the few outputs that large.
+    if "[never]" in enabled or not 0 < size <= 4 * 1024 * 1024 or size & (size - 1):
+        return 0
+    return size
+
+
+cdef Py_ssize_t _HUGE_PAGE = _huge_page_bytes()
 
 
 cdef object _new_array(tuple shape, dt):
-    """``np.empty(shape, dt)`` for an output, on a 2 MiB boundary when large and
-    not mapped yet (see above): then a view of a NumPy buffer 2 MiB longer, whose
-    unused ends are never written (so never mapped). ``shape`` must not be
-    _too_large."""
-    cdef cnp.ndarray array = np.empty(shape, dtype=dt)
-    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(array)
-    cdef size_t address = <size_t>cnp.PyArray_DATA(array)
-    if (not _ALIGN_OUTPUTS or nbytes < _ALIGNED_OUTPUT_BYTES
-            or nbytes > PY_SSIZE_T_MAX - _HUGE_PAGE_BYTES
-            or address % _HUGE_PAGE_BYTES == 0
-            or cpe_mostly_mapped(<void*>address, nbytes) != 0):
-        return array
-    array = None  # its memory is given back before the longer buffer is taken
-    raw = np.empty(nbytes + _HUGE_PAGE_BYTES, dtype=np.uint8)
-    cdef Py_ssize_t skip = (_HUGE_PAGE_BYTES
-                            - <size_t>cnp.PyArray_DATA(raw) % _HUGE_PAGE_BYTES) % _HUGE_PAGE_BYTES
-    return raw[skip:skip + nbytes].view(dt).reshape(shape)
+    """``np.empty(shape, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
+    a view of a byte buffer on a huge page boundary unless NumPy's memory is
+    mapped already (see above). ``shape`` must not be _too_large."""
+    cdef Py_ssize_t nbytes = dt.itemsize, extent, length, huge
+    for extent in shape:
+        nbytes *= extent
+    if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
+        return np.empty(shape, dtype=dt)
+    cdef cnp.ndarray raw = np.empty(nbytes, dtype=np.uint8)
+    cdef size_t address = <size_t>cnp.PyArray_DATA(raw)
+    huge = _HUGE_PAGE
+    if (huge and address % huge and nbytes <= PY_SSIZE_T_MAX - 2 * huge
+            and cpe_mostly_mapped(<void*>address, nbytes) == 0):
+        # Given back first; the new buffer covers whole huge pages to the end.
+        raw = None
+        length = (nbytes + huge - 1) // huge * huge + huge
+        try:
+            raw = np.empty(length, dtype=np.uint8)
+        except MemoryError:  # then at least the size NumPy found room for
+            raw = np.empty(nbytes, dtype=np.uint8)
+        else:
+            address = <size_t>cnp.PyArray_DATA(raw)
+            raw = raw[(huge - address % huge) % huge:][:nbytes]
+    return raw.view(dt).reshape(shape)
 
 
 cdef object _prepare_out(out, tuple shape, dt, str sizes):

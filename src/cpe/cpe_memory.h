@@ -11,6 +11,12 @@
 #ifndef CPE_MEMORY_H
 #define CPE_MEMORY_H
 
+/* mincore is a BSD/GNU extension: declared by <sys/mman.h> with this (Python.h,
+   included first by Cython's modules, defines _GNU_SOURCE already). */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,7 +26,9 @@
 
 /* 1 if most of the n bytes at p are mapped to memory, 0 if most are not, -1 if
    that cannot be told (n below 16 pages, or mincore failed). 16 pages sampled
-   evenly, none the first (the allocator writes its header there). */
+   evenly, none the first (the allocator writes its header there). Pages only
+   read so far count as mapped (to the shared zero page): their first write
+   still faults, rare enough in an output not to matter. */
 static int cpe_mostly_mapped(const void *p, size_t n) {
     long page = sysconf(_SC_PAGESIZE);
     int samples = 16, mapped = 0;

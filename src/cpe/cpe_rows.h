@@ -657,7 +657,6 @@ CPE_STREAM_DISPATCH(f32, float)
 
 static void cpe_stream_fence(void) { _mm_sfence(); }
 
-
 /* n bytes from src to dst with non-temporal 16-byte stores. dst and n are
    multiples of 16 (the caller checks), so that no cache line mixes both kinds
    of stores. */
