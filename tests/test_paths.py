@@ -227,12 +227,20 @@ LARGE_NEW_OUTPUTS = {
 # are (moved there). With argv[1] == "mapped", glibc first serves blocks below
 # 32 MiB from its heap and keeps them there once freed, and a written 24 MiB
 # block is freed: the next new output gets memory already mapped (or "no
-# mallopt" is printed, as under ASan).
+# mallopt" is printed, as under ASan). With "no room", NumPy cannot allocate
+# more than 16 MiB of bytes at once.
 ALIGNMENT_SCRIPT = """
 import ctypes, sys
 import numpy as np
 import cpe
 from cpe._core import _huge_page_bytes
+if sys.argv[1] == "no room":
+    numpy_empty = np.empty
+    def empty(shape, dtype=float, **keywords):
+        if np.dtype(dtype) == np.uint8 and np.prod(shape) > 16 << 20:
+            raise MemoryError("no room")
+        return numpy_empty(shape, dtype, **keywords)
+    np.empty = empty
 if sys.argv[1] == "mapped":
     libc = ctypes.CDLL(None)
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -244,6 +252,10 @@ huge = _huge_page_bytes()
 for arrays in kept:
     longer = arrays[0].base.nbytes > sum(a.nbytes for a in arrays)
     print(" ".join(f"{a.ctypes.data % huge == 0 if huge else None}/{longer}" for a in arrays))
+if sys.argv[1] == "no room":
+    out = np.zeros(kept[0][0].shape)
+    assert eval(sys.argv[2].replace(")]", ", out=out)]"))[0] is out
+    print("same values" if np.array_equal(kept[0][0], out) else "different values")
 """
 
 
@@ -288,6 +300,16 @@ def test_large_new_outputs_in_new_memory_start_on_a_huge_page_boundary():
     assert len(lines) == len(LARGE_NEW_OUTPUTS)
     for name, line in zip(LARGE_NEW_OUTPUTS, lines, strict=True):
         assert set(line.split()) == {"True/True"}, name
+
+
+@pytest.mark.skipif(not cpe._core._huge_page_bytes(), reason="no transparent huge pages")
+def test_large_new_outputs_take_numpy_s_size_when_there_is_no_room_for_more():
+    # The longer buffer is refused (MemoryError): the output gets the size
+    # NumPy found room for, with the same values.
+    expression = LARGE_NEW_OUTPUTS["table f64"]
+    line, same = alignment("no room", [expression])
+    assert line.endswith("/False")
+    assert same == "same values"
 
 
 @pytest.mark.skipif(
