@@ -165,20 +165,25 @@ def namespace() -> dict:
 SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
 
 
-def subprocess_digests(requests: dict[str, str], switches: tuple[str, ...]) -> list[str]:
-    """Digests of the requests made in a subprocess with these switches set (and
-    no other), then the name of the row loop that subprocess used."""
-    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
-    env.update(dict.fromkeys(switches, "1"))
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT + "print(cpe.kernels._row_loop())\n", *requests.values()],
+def run_python(script: str, arguments: list[str], env: dict[str, str]) -> str:
+    """What ``script`` prints, run by this Python with ``arguments`` and ``env``."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *arguments],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
         check=True,
-    )
-    return result.stdout.split()
+    ).stdout
+
+
+def subprocess_digests(requests: dict[str, str], switches: tuple[str, ...]) -> list[str]:
+    """Digests of the requests made in a subprocess with these switches set (and
+    no other), then the name of the row loop that subprocess used."""
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    env.update(dict.fromkeys(switches, "1"))
+    script = SCRIPT + "print(cpe.kernels._row_loop())\n"
+    return run_python(script, list(requests.values()), env).split()
 
 
 def digests(*switches: str) -> list[str]:
@@ -262,15 +267,7 @@ if sys.argv[1] == "no room":
 def alignment(mode: str, expressions: list[str]) -> list[str]:
     # Without the allocator's debugging fills, which write (so map) new memory.
     env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_PERTURB_", "GLIBC_TUNABLES")}
-    result = subprocess.run(
-        [sys.executable, "-c", ALIGNMENT_SCRIPT, mode, *expressions],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
-    )
-    return result.stdout.splitlines()
+    return run_python(ALIGNMENT_SCRIPT, [mode, *expressions], env).splitlines()
 
 
 @pytest.mark.parametrize("name", LARGE_NEW_OUTPUTS)

@@ -18,10 +18,6 @@ from libc.math cimport fabs, isfinite
 from libc.string cimport memset
 
 from cpe._conventions import resolve as _resolve_convention
-
-cdef extern from "cpe_memory.h":
-    int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
-
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
@@ -42,6 +38,9 @@ from cpe.kernels cimport (
     frequencies,
     sincos_row,
 )
+
+cdef extern from "cpe_memory.h":
+    int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
 
 cnp.import_array()
 

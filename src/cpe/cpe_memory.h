@@ -5,8 +5,8 @@
  * pages for, maps 2 MiB at once where the mapping covers an aligned 2 MiB.
  * kernels.pyx streams large outputs only into memory already mapped (a streaming
  * store to a freshly cleared line first writes the zeros back to memory: new
- * tables of 32-256 MiB took 4-20% longer streamed); _core.pyx gives a new large
- * output a 2 MiB boundary when NumPy's memory for it is not mapped yet.
+ * tables of 32-256 MiB took 4-20% longer streamed); _core.pyx moves a new large
+ * output to a huge page boundary when NumPy's memory for it is not mapped yet.
  */
 #ifndef CPE_MEMORY_H
 #define CPE_MEMORY_H
