@@ -159,6 +159,56 @@ def test_out_is_untouched_when_another_argument_is_bad(override, exc, text):
     np.testing.assert_array_equal(out, 7.0)
 
 
+def _read_only(shape, dtype):
+    out = sentinel(shape, dtype)
+    out.flags.writeable = False
+    return out
+
+
+def _misaligned(shape, dtype):
+    size = np.dtype(dtype).itemsize
+    raw = np.zeros(shape[0] * size + 1, np.uint8)
+    out = raw[1:].view(dtype)
+    out[...] = 7.0
+    return out
+
+
+# Outputs of one position (shape (8,)) that must be refused: one position with
+# no layout keyword takes a shortcut with its own checks of out=.
+ONE_POSITION_BAD_OUTS = {
+    "list": (lambda shape, dtype: [7.0] * 8, TypeError, "out must be a numpy.ndarray"),
+    "other dtype": (
+        lambda shape, dtype: sentinel(shape, np.float32 if dtype == np.float64 else np.float64),
+        TypeError,
+        "out must have dtype",
+    ),
+    "byte-swapped": (
+        lambda shape, dtype: sentinel(shape, np.dtype(dtype).newbyteorder()),
+        TypeError,
+        "out must have dtype",
+    ),
+    "longer": (lambda shape, dtype: sentinel((9,), dtype), ValueError, "out must have shape"),
+    "2-D": (lambda shape, dtype: sentinel((1, 8), dtype), ValueError, "out must have shape"),
+    "0-D": (lambda shape, dtype: sentinel((), dtype), ValueError, "out must have shape"),
+    "strided": (lambda shape, dtype: sentinel((16,), dtype)[::2], ValueError, "C-contiguous"),
+    "reversed": (lambda shape, dtype: sentinel(shape, dtype)[::-1], ValueError, "C-contiguous"),
+    "misaligned": (_misaligned, ValueError, "aligned"),
+    "read-only": (_read_only, ValueError, "out must be writeable"),
+}
+
+
+@pytest.mark.parametrize("position", [5, -3, 2.5, np.int64(5), np.float64(2.5)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ONE_POSITION_BAD_OUTS)
+def test_bad_out_for_one_position_is_rejected_and_unchanged(kind, dtype, position):
+    make_out, exc, text = ONE_POSITION_BAD_OUTS[kind]
+    out = make_out((8,), dtype)
+    before = np.array(out, copy=True)
+    with pytest.raises(exc, match=text):
+        cpe.positional_encoding(position, 8, dtype=dtype, out=out)
+    np.testing.assert_array_equal(np.asarray(out), before)
+
+
 def test_out_is_untouched_by_a_bad_table_request():
     out = sentinel((3, 4))
     with pytest.raises(ValueError, match="base must be > 0"):

@@ -77,10 +77,17 @@ def test_table_rows_equal_single_positions(n, D, start):
 
 
 @pytest.mark.parametrize(
-    "dtype", [np.float32, "float32", np.dtype("f4"), np.float16, "float16", np.float64, float, "f8"]
+    "dtype",
+    [
+        *(np.float32, "float32", np.dtype("f4"), np.float16, "float16", np.float64, float, "f8"),
+        *("float", "double", "single", "half", "d", "f", "e", "f4", "f2", np.dtype("f2")),
+    ],
 )
 def test_dtypes_are_rounded_once_from_float64(dtype):
     dt = np.dtype(dtype)
+    single = cpe.positional_encoding(1234, 50, dtype=dtype)
+    assert single.dtype == dt
+    np.testing.assert_array_equal(single, cpe.positional_encoding(1234, 50).astype(dt))
     positions = np.arange(-40, 2000, 37)
     got = cpe.positional_encoding(positions, 50, dtype=dtype)
     assert got.dtype == dt
@@ -114,6 +121,67 @@ def test_position_kinds_agree(position):
     got = cpe.positional_encoding(position, 8)
     assert got.shape == (*np.shape(position), 8)
     np.testing.assert_array_equal(got.reshape(-1, 8)[0], cpe.positional_encoding(5, 8))
+
+
+NUMPY_SCALAR_TYPES = [
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
+
+
+@pytest.mark.parametrize("kind", NUMPY_SCALAR_TYPES, ids=lambda kind: kind.__name__)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_numpy_scalar_positions_are_the_numbers_they_hold(kind, dtype):
+    # NumPy scalars take the scalar path (as the Python number they hold): the same
+    # values as that number, and as the same position in a 0-d array, which takes
+    # the array path.
+    info = np.iinfo(kind) if np.issubdtype(kind, np.integer) else np.finfo(kind)
+    values = [0, 1, 7, -1, -300, 2047, 65535, 10**6, -(10**6), int(info.max), int(info.min)]
+    if np.issubdtype(kind, np.floating):
+        values += [0.5, -2.75, 1000.125]
+    lowest, highest = int(info.min), int(info.max)
+    for value in sorted(v for v in set(values) if lowest <= v <= highest and abs(v) <= 10**6):
+        position = kind(value)
+        number = position.item()
+        got = cpe.positional_encoding(position, 96, dtype=dtype)
+        assert got.dtype == dtype
+        assert got.shape == (96,)
+        np.testing.assert_array_equal(got, cpe.positional_encoding(number, 96, dtype=dtype))
+        np.testing.assert_array_equal(
+            got, cpe.positional_encoding(np.array(position), 96, dtype=dtype)
+        )
+        out = np.full(96, np.nan, dtype=dtype)
+        assert cpe.positional_encoding(position, 96, dtype=dtype, out=out) is out
+        np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize(
+    "position", [np.uint64(2**53 + 1), np.int64(-(2**53) - 1), np.uint64(2**64 - 1)]
+)
+def test_numpy_integer_positions_beyond_2_53_are_rejected(position):
+    with pytest.raises(ValueError, match=f"position must be an integer .*, got {position}"):
+        cpe.positional_encoding(position, 8)
+
+
+@pytest.mark.parametrize("base", [10000, 2, 3, 10**6, 2**53, 2**53 + 1, 10**20])
+@pytest.mark.parametrize("scale", [1, 3, -2, 0, 2**60])
+def test_int_base_and_scale_are_the_floats_they_equal(base, scale):
+    for position in (0, 5, -77, 4097, 123456, 2.5):
+        for dtype in (np.float64, np.float32):
+            got = cpe.positional_encoding(position, 40, base=base, scale=scale, dtype=dtype)
+            expected = cpe.positional_encoding(
+                position, 40, base=float(base), scale=float(scale), dtype=dtype
+            )
+            np.testing.assert_array_equal(got, expected)
 
 
 def test_non_contiguous_positions():

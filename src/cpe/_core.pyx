@@ -52,6 +52,7 @@ _FLOAT32 = np.dtype(np.float32)
 _FLOAT16 = np.dtype(np.float16)
 cdef object _NP_FLOAT64_TYPE = np.float64
 cdef object _NP_FLOAT32_TYPE = np.float32
+cdef object _NP_FLOAT16_TYPE = np.float16
 cdef object _NP_INT64_TYPE = np.int64
 
 
@@ -140,8 +141,13 @@ cdef Py_ssize_t _as_count(value, str name, Py_ssize_t minimum) except -1:
 
 cdef double _as_real(value, str name) except? -1.0:
     cdef double x
-    if type(value) is float:  # the common case, without the generic checks
+    if isinstance(value, float):  # float and its subclasses (np.float64): no checks
         x = value
+    elif type(value) is int:  # exactly int, so not a bool
+        try:
+            x = value
+        except OverflowError:
+            raise ValueError(f"{name} must be finite, got {value!r}") from None
     else:
         if isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{name} must be a real number, got bool")
@@ -165,9 +171,25 @@ cdef double _as_base(base) except? -1.0:
     return b
 
 
+def _dtype_names():
+    """The usual ways of naming the three dtypes, read by NumPy once: a type or a
+    string is then one dict lookup instead of a call to np.dtype."""
+    canonical = {_FLOAT64: _FLOAT64, _FLOAT32: _FLOAT32, _FLOAT16: _FLOAT16}
+    names = (np.float64, np.float32, np.float16, float, "float64", "float32", "float16",
+             "float", "double", "single", "half", "f8", "f4", "f2", "d", "f", "e")
+    return {name: canonical[np.dtype(name)] for name in names}
+
+
+cdef dict _DTYPE_NAMES = _dtype_names()
+
+
 cdef object _as_dtype(dtype):
-    if dtype is np.float64 or dtype is float:
-        return _FLOAT64
+    if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
+        return dtype
+    if type(dtype) is str or type(dtype) is type:  # hashable, compared by value
+        known = _DTYPE_NAMES.get(dtype)
+        if known is not None:
+            return known
     # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
     # np.dtype raises TypeError, ValueError or even SyntaxError for what it cannot read.
     try:
@@ -289,10 +311,21 @@ cdef bint _too_large(tuple shape, dt):
     """Whether NumPy would refuse ``shape``, or the float64 buffer a float16 output
     is computed in. NumPy refuses a shape whose non-zero extents multiply past the
     largest size even when another extent is 0, as in (0, 2**62)."""
-    count = 1
-    for extent in shape:
-        count *= extent or 1
-    return count * (8 if dt is _FLOAT16 else dt.itemsize) > sys.maxsize
+    # The values that fit (8 bytes each for float16 too), divided by each extent in
+    # turn: C arithmetic, which cannot overflow. (Extents are ints, and may exceed
+    # a Py_ssize_t when a caller multiplied counts, as grids do.)
+    cdef int overflow = 0
+    cdef long long extent
+    cdef Py_ssize_t count = PY_SSIZE_T_MAX // (4 if dt is _FLOAT32 else 8)
+    for item in shape:
+        extent = PyLong_AsLongLongAndOverflow(item, &overflow)
+        if overflow > 0:
+            return True
+        if extent > 1:
+            if count < extent:
+                return True
+            count //= extent
+    return False
 
 
 # On Linux, new outputs of this many bytes and more (the size from which the
@@ -307,6 +340,8 @@ cdef bint _too_large(tuple shape, dt):
 # all: it is kept. Always a view at these sizes, whichever memory it got, so
 # that what a call returns does not depend on the allocator's history.
 cdef Py_ssize_t _VIEW_OUTPUT_BYTES = 16 * 1024 * 1024
+cdef enum:
+    _DIMS_AT_MOST = 64  # NumPy 2's limit (NumPy 1's is 32)
 cdef bint _VIEW_OUTPUTS = sys.platform.startswith("linux")
 
 
@@ -337,11 +372,26 @@ cdef object _new_array(tuple shape, dt):
     """``np.empty(shape, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
     a view of a byte buffer on a huge page boundary unless NumPy's memory is
     mapped already (see above). ``shape`` must not be _too_large."""
-    cdef Py_ssize_t nbytes = dt.itemsize, extent, length, huge
+    cdef int typenum = -1
+    cdef Py_ssize_t nbytes, extent, length, huge, k, ndim = len(shape)
+    cdef cnp.npy_intp dims[_DIMS_AT_MOST]
+    if dt is _FLOAT64:
+        typenum, nbytes = cnp.NPY_FLOAT64, 8
+    elif dt is _FLOAT32:
+        typenum, nbytes = cnp.NPY_FLOAT32, 4
+    elif dt is _FLOAT16:
+        typenum, nbytes = cnp.NPY_FLOAT16, 2
+    else:
+        nbytes = dt.itemsize
     for extent in shape:
         nbytes *= extent
     if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
-        return np.empty(shape, dtype=dt)
+        if typenum < 0 or ndim > _DIMS_AT_MOST:
+            return np.empty(shape, dtype=dt)
+        for k in range(ndim):
+            dims[k] = shape[k]
+        # np.empty without its Python call and argument parsing (~0.1 us)
+        return cnp.PyArray_EMPTY(<int>ndim, dims, typenum, 0)
     cdef cnp.ndarray raw = np.empty(nbytes, dtype=np.uint8)
     cdef size_t address = <size_t>cnp.PyArray_DATA(raw)
     huge = _HUGE_PAGE
@@ -372,14 +422,14 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
         return _new_array(shape, dt)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-    if out.dtype != dt:
+    cdef cnp.ndarray array = out
+    if <object>cnp.PyArray_DESCR(array) is not dt and out.dtype != dt:
         raise TypeError(f"out must have dtype {dt} (the dtype argument), got {out.dtype}")
     if out.shape != shape:
         raise ValueError(f"out must have shape {shape}, got {out.shape}")
-    flags = out.flags
-    if not flags.c_contiguous or not flags.aligned:
+    if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
         raise ValueError("out must be C-contiguous and aligned")
-    if not flags.writeable:
+    if not cnp.PyArray_ISWRITEABLE(array):
         raise ValueError("out must be writeable")
     if too_large:  # out= exists, but its float64 working buffer cannot
         raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
@@ -892,52 +942,101 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
 cdef long long _SHORTCUT_WIDTH = 1 << 24
 
 
-cdef object _single_shortcut(position, D, base, dtype, scale):
-    """``positional_encoding(position, D)`` of an int position, or None.
+cdef inline bint _plain_real(value, double* x):
+    """A float, or an int that is an exact double, as ``x``; False for anything else
+    (which the generic checks then read or reject)."""
+    cdef int overflow = 0
+    cdef long long whole
+    if type(value) is float:
+        x[0] = value
+        return True
+    if type(value) is int:
+        whole = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT:
+            x[0] = <double>whole
+            return True
+    return False
 
-    The common call (an int position and width, float64 or float32, the
-    paper's layout, no ``out``) without the generic argument handling, which
-    costs more than the kernel for small widths. Anything unusual returns None
-    and goes the general way, which also raises the errors.
+
+cdef object _python_number(position):
+    """A NumPy integer, float64, float32 or float16 scalar as the Python number it
+    holds (the same value), so that it takes the scalar paths; anything else as is."""
+    kind = type(position)
+    if kind is _NP_FLOAT64_TYPE or kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
+        return float(position)
+    if isinstance(position, np.integer):
+        return int(position)
+    return position
+
+
+cdef object _single_shortcut(position, D, base, dtype, scale, out):
+    """``positional_encoding(position, D, ...)`` of one position, or None.
+
+    The common call (an int or float position, an int width, a float or int
+    base and scale, float64 or float32, the paper's layout, no ``out`` or a
+    plain one that fits) without the generic argument handling, which costs
+    more than the kernel for small widths. Anything unusual returns None and
+    goes the general way, which also raises the errors.
     """
     cdef int overflow = 0
-    cdef long long p, width
-    cdef double b, s, pd
+    cdef long long width, whole
+    cdef double b, s, p
     cdef int typenum
+    cdef cnp.ndarray result
+    if dtype is not _NP_FLOAT64_TYPE and dtype is not _NP_FLOAT32_TYPE:
+        dtype = _DTYPE_NAMES.get(dtype) if type(dtype) is str or type(dtype) is type else dtype
     if dtype is _NP_FLOAT64_TYPE or dtype is _FLOAT64:
-        typenum = cnp.NPY_FLOAT64
+        typenum, dtype = cnp.NPY_FLOAT64, _FLOAT64
     elif dtype is _NP_FLOAT32_TYPE or dtype is _FLOAT32:
-        typenum = cnp.NPY_FLOAT32
+        typenum, dtype = cnp.NPY_FLOAT32, _FLOAT32
     else:
         return None
-    if type(D) is not int or type(base) is not float or type(scale) is not float:
+    if type(D) is not int or not _plain_real(base, &b) or not _plain_real(scale, &s):
         return None
-    p = PyLong_AsLongLongAndOverflow(position, &overflow)
-    if overflow or not (-_EXACT_LIMIT <= p <= _EXACT_LIMIT):
-        return None
+    if type(position) is float:
+        p = position
+        if not isfinite(p):
+            return None
+    else:
+        whole = PyLong_AsLongLongAndOverflow(position, &overflow)
+        if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
+            return None
+        p = <double>whole
     width = PyLong_AsLongLongAndOverflow(D, &overflow)
     if overflow or not (1 <= width <= _SHORTCUT_WIDTH):
         return None
-    b, s = base, scale
     if not (b > 0.0 and isfinite(b) and isfinite(s)):
+        return None
+    cdef cnp.npy_intp shape = width
+    if out is None:
+        result = None
+    elif (type(out) is np.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>out) == 1
+            and cnp.PyArray_DIM(<cnp.ndarray>out, 0) == shape
+            and <object>cnp.PyArray_DESCR(<cnp.ndarray>out) is dtype
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>out)
+            and cnp.PyArray_ISALIGNED(<cnp.ndarray>out)
+            and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>out)):
+        result = <cnp.ndarray>out
+    else:
         return None
     # The paper's encoding with the default base and scale is keyed by the width:
     # D itself, an int, is that key (no new int object for the lookup).
     cached = _cache.get(D) if b == 10000.0 and s == 1.0 else None
     cdef _Encoding enc = (<_Encoding>cached if cached is not None
                           else _encoding(width, b, s, None, None, None, True))
-    cdef cnp.npy_intp shape = width
-    cdef cnp.ndarray result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
-    pd = <double>p
-    _fill_positions(result, typenum == cnp.NPY_FLOAT32, &pd, 1, enc)
+    if result is None:
+        result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
+    _fill_positions(result, typenum == cnp.NPY_FLOAT32, &p, 1, enc)
     return result
 
 
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None):
-    if (type(position) is int and out is None and layout is None and freq_shift is None
-            and convention is None):
-        result = _single_shortcut(position, D, base, dtype, scale)
+    if type(position) is not int and type(position) is not float:
+        position = _python_number(position)
+    if ((type(position) is int or type(position) is float) and layout is None
+            and freq_shift is None and convention is None):
+        result = _single_shortcut(position, D, base, dtype, scale, out)
         if result is not None:
             return result
     cdef Py_ssize_t width = _as_count(D, "D", 1)
@@ -1141,7 +1240,7 @@ def _check_dtype(dtype):
 def _check_out(out, shape, dtype, sizes):
     """``out`` checked against ``shape`` and ``dtype``, or a new array; ``sizes``
     names the arguments that set the shape."""
-    return _prepare_out(out, tuple(shape), dtype, sizes)
+    return _prepare_out(out, tuple(shape), _as_dtype(dtype), sizes)
 
 
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
