@@ -184,6 +184,20 @@ def test_int_base_and_scale_are_the_floats_they_equal(base, scale):
             np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("dtype", ["<f8", ">f8", "<i8", ">i4", "<f4"])
+def test_misaligned_and_byte_swapped_positions(dtype):
+    # Positions one byte past their buffer's start, in either byte order: read as
+    # the same numbers.
+    values = np.array([0, 1, -5, 4097, 123456], dtype=dtype)
+    raw = np.zeros(values.nbytes + 1, np.uint8)
+    shifted = raw[1:].view(dtype)
+    shifted[...] = values
+    assert not shifted.flags.aligned or np.dtype(dtype).itemsize == 1
+    expected = cpe.positional_encoding([0, 1, -5, 4097, 123456], 24)
+    np.testing.assert_array_equal(cpe.positional_encoding(shifted, 24), expected)
+    np.testing.assert_array_equal(cpe.positional_encoding(values, 24), expected)
+
+
 def test_non_contiguous_positions():
     base = np.arange(40.0).reshape(8, 5)
     view = base[::2, ::-2]
