@@ -137,6 +137,58 @@ def single_vector_group(D: int, dtype: type, rng: np.random.Generator) -> Group:
     )
 
 
+# The width at which the argument forms are compared.
+ARGUMENT_FORMS_WIDTH = 512
+
+
+def argument_forms_group(rng: np.random.Generator) -> Group:
+    """The single-vector call with its arguments in other forms, against the plain one.
+
+    Each ``arg`` holds the position as an int, a np.int64 and a np.float64, made
+    before timing, so that every form pays the same indexing and no conversion.
+    The forms that give the same values must give the same bits.
+    """
+    D = ARGUMENT_FORMS_WIDTH
+    positions = rng.integers(0, POSITION_RANGE, SINGLE_POSITIONS).tolist()
+    names = {
+        "cpe_encode": cpe.positional_encoding,
+        "np_empty": np.empty,
+        "D": D,
+        "out": np.empty(D),
+    }
+    same = 0.0
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_encode(arg[0], D)"),
+        Competitor("cpe, np.int64 position", "cpe", "cpe_encode(arg[1], D)", same),
+        Competitor("cpe, np.float64 position", "cpe", "cpe_encode(arg[2], D)", same),
+        Competitor("cpe, base=10000 (int)", "cpe", "cpe_encode(arg[0], D, base=10000)", same),
+        Competitor(
+            "cpe, dtype='float32'",
+            "cpe",
+            "cpe_encode(arg[0], D, dtype='float32')",
+            atol_f32(POSITION_RANGE),
+        ),
+        Competitor(CPE_OUT, "cpe", "cpe_encode(arg[0], D, out=out)", same),
+        # Other columns, the same values: not compared.
+        Competitor("cpe, layout='sin_cos'", "cpe", "cpe_encode(arg[0], D, layout='sin_cos')"),
+        Competitor(FLOOR_EMPTY, "floor", "np_empty(D)"),
+    ]
+    return Group(
+        kind="argument forms",
+        name=f"argument forms f64 D={D}",
+        section="single vector, float64: the same call with its arguments in other forms",
+        column=f"D={D}",
+        params={"D": D, "dtype": "float64"},
+        names=names,
+        args=[(p, np.int64(p), np.float64(p)) for p in positions],
+        competitors=competitors,
+        ratios=[
+            *(Ratio(c.label, CPE) for c in competitors if c.role == "cpe" and c.label != CPE),
+            Ratio(CPE, FLOOR_EMPTY),
+        ],
+    )
+
+
 def table_group(
     n: int, D: int, dtype: type, rng: np.random.Generator, torch: ModuleType | None
 ) -> Group:

@@ -27,6 +27,7 @@ import numpy as np
 from cpe._cli import OneLineErrorParser
 from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
+    argument_forms_group,
     grid_group,
     positions_group,
     rope_group,
@@ -226,6 +227,7 @@ def build_groups(
         groups += [
             single_vector_group(D, dtype, rng) for dtype in DTYPES for D in plan.single_widths
         ]
+        groups.append(argument_forms_group(rng))
     if "table" in kinds:
         groups += [
             table_group(n, D, dtype, rng, torch) for dtype in DTYPES for n, D in plan.table_sizes
