@@ -127,6 +127,16 @@ def test_float32_arithmetic_rope_is_measurably_worse():
         ({"n": np.array([0, 1]), "start": True}, TypeError, "start must be an integer, got bool"),
         ({"n": np.array([0, 1]), "start": 1.5}, TypeError, "start must be an integer, got float"),
         ({"n": np.array([0, 1]), "start": None}, TypeError, "start must be an integer"),
+        # A table's first and last positions are exact doubles, as in the 1-D table.
+        ({"start": 2**53}, ValueError, "start and start \\+ n must be integers"),
+        ({"start": -(2**53) - 1}, ValueError, "start and start \\+ n must be integers"),
+        ({"n": 0, "start": 2**53 + 1}, ValueError, "start and start \\+ n must be integers"),
+        ({"start": "x"}, TypeError, "start must be an integer, got str"),
+        ({"start": True}, TypeError, "start must be an integer, got bool"),
+        ({"start": 2.0}, TypeError, "start must be an integer, got float"),
+        # start + n before base, as positional_encoding_table checks them
+        ({"start": 2**53, "base": -1.0}, ValueError, "start and start"),
+        ({"base": float("nan")}, ValueError, "base must be finite"),
     ],
 )
 def test_rope_errors(kwargs, exc, text):

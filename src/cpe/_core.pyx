@@ -1137,9 +1137,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
                               layout=None, freq_shift=None, scale=1.0, convention=None):
     cdef Py_ssize_t rows = _as_count(n, "n", 0)
     cdef Py_ssize_t width = _as_count(D, "D", 1)
-    first = start if type(start) is int else _as_start(start)
-    if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
-        raise ValueError("start and start + n must be integers of magnitude <= 2**53")
+    first = _table_start(start, rows)
     cdef double b = _as_base(base)
     dt = _as_dtype(dtype)
     cdef double s = _as_real(scale, "scale")
@@ -1238,6 +1236,21 @@ cdef object _as_start(start):
 def _check_start(start):
     """``start`` as an int, or a TypeError naming it (any magnitude)."""
     return _as_start(start)
+
+
+cdef object _table_start(start, Py_ssize_t rows):
+    """``start`` of a table of ``rows`` rows as an int, the first and the last
+    positions exact doubles, or the error naming them."""
+    first = start if type(start) is int else _as_start(start)
+    if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
+        raise ValueError("start and start + n must be integers of magnitude <= 2**53")
+    return first
+
+
+def _check_table_start(start, Py_ssize_t rows):
+    """``start`` of a table of ``rows`` rows, checked as positional_encoding_table
+    checks it."""
+    return _table_start(start, rows)
 
 
 def _check_dtype(dtype):

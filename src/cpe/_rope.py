@@ -11,10 +11,12 @@ import numpy.typing as npt
 
 from cpe._conventions import is_one_of
 from cpe._core import (
+    _check_base,
     _check_count,
     _check_dtype,
     _check_out,
     _check_start,
+    _check_table_start,
     _fill_rope,
     _rope_positions,
     positional_encoding_table,
@@ -208,33 +210,25 @@ def _rope_table(
     given = None
     if out is not None:  # before the size, as any out= is
         given = _out_checker(out, "n and head_dim")((rows, width), dtype)
-    # Check the arguments (start, and start + n) on empty tables, then the size.
+    # start (and start + n) and base, as positional_encoding_table checks them;
+    # then the size.
     try:
-        empty = positional_encoding_table(
-            0, width, start=start, base=base, dtype=dtype, layout=kernel_layout
-        )
-        positional_encoding_table(
-            0,
-            width,
-            start=operator.index(start) + rows,
-            base=base,
-            dtype=dtype,
-            layout=kernel_layout,
-        )
+        first = _check_table_start(start, rows)
+        _check_base(base)
     except (TypeError, ValueError) as exc:
         raise _renamed(exc) from None
     if given is not None:
         cos, sin = given
     # One allocation for both tables: two large ones in a row would, with
     # glibc's default thresholds, be trimmed and page-faulted again on every call.
-    elif 2 * rows * width * empty.itemsize <= sys.maxsize:
-        cos, sin = _check_out(None, (2, rows, width), empty.dtype, "n and head_dim")
+    elif 2 * rows * width * dtype.itemsize <= sys.maxsize:
+        cos, sin = _check_out(None, (2, rows, width), dtype, "n and head_dim")
     else:  # each table alone may still be representable: let the allocator say
-        cos = _check_out(None, (rows, width), empty.dtype, "n and head_dim")
-        sin = _check_out(None, (rows, width), empty.dtype, "n and head_dim")
-    if empty.dtype != np.float16:
+        cos = _check_out(None, (rows, width), dtype, "n and head_dim")
+        sin = _check_out(None, (rows, width), dtype, "n and head_dim")
+    if dtype != np.float16:
         # The kernel writes both tables, a block of rows at a time.
-        _fill_rope(cos, sin, start, base, kernel_layout == "interleaved")
+        _fill_rope(cos, sin, first, base, kernel_layout == "interleaved")
         return cos, sin
     # float16 has no kernel: float64 rows, rounded once, split block by block.
     chunk = max(64, _CHUNK_BYTES // (width * cos.itemsize))
@@ -243,7 +237,7 @@ def _rope_table(
         positional_encoding_table(
             len(block),
             width,
-            start=operator.index(start) + i,
+            start=first + i,
             base=base,
             dtype=dtype,
             layout=kernel_layout,
@@ -268,6 +262,8 @@ def _check_no_offset(start: Any) -> None:
 
 def _is_count(n: Any) -> TypeGuard[int]:
     """An integer scalar (a row count), as opposed to an array of positions."""
+    if type(n) is int:  # the usual count, at once (np.ndim costs ~1 us)
+        return True
     if isinstance(n, (bool, np.bool_)):
         return False
     try:
