@@ -115,6 +115,18 @@ def test_every_layout_and_frequency_choice(layout, freq_shift, D, scale):
     np.testing.assert_array_equal(
         single, cpe.positional_encoding(positions, D, **kwargs).astype(np.float32)
     )
+    # One position at a time (its own shortcut): the rows of the array's call,
+    # which multiplies the same digit rows; a real position against the oracle.
+    rows = cpe.positional_encoding(positions, D, **kwargs)
+    for i in (0, 3, len(positions) - 1):
+        np.testing.assert_array_equal(
+            cpe.positional_encoding(int(positions[i]), D, **kwargs), rows[i]
+        )
+    close(
+        cpe.positional_encoding(12.375, D, **kwargs),
+        ref.encoding(12.375, D, **kwargs),
+        13 * abs(scale),
+    )
 
 
 @pytest.mark.parametrize(
@@ -143,6 +155,14 @@ def test_bad_convention_arguments(kwargs, exc, text):
     with pytest.raises(exc, match=text):
         cpe.positional_encoding_table(3, 8, out=out, **kwargs)
     np.testing.assert_array_equal(out, 7.0)
+    # One position takes a shortcut of its own (with out= and without).
+    one = np.full(8, 7.0)
+    for position in (5, 2.5, np.int64(5)):
+        with pytest.raises(exc, match=text):
+            cpe.positional_encoding(position, 8, **kwargs)
+        with pytest.raises(exc, match=text):
+            cpe.positional_encoding(position, 8, out=one, **kwargs)
+    np.testing.assert_array_equal(one, 7.0)
 
 
 @pytest.mark.parametrize("convention", ["fairseq", "tensor2tensor", "whisper", "diffusers", "adm"])

@@ -977,14 +977,16 @@ cdef object _python_number(position):
     return position
 
 
-cdef object _single_shortcut(position, D, base, dtype, scale, out):
+cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, layout,
+                             freq_shift):
     """``positional_encoding(position, D, ...)`` of one position, or None.
 
     The common call (an int or float position, an int width, a float or int
-    base and scale, float64 or float32, the paper's layout, no ``out`` or a
-    plain one that fits) without the generic argument handling, which costs
-    more than the kernel for small widths. Anything unusual returns None and
-    goes the general way, which also raises the errors.
+    base and scale, float64 or float32, no ``out`` or a plain one that fits)
+    without the generic argument handling, which costs more than the kernel for
+    small widths. Anything unusual returns None and goes the general way, which
+    also raises the errors. The convention keywords, checked last there too, are
+    checked by _encoding.
     """
     cdef int overflow = 0
     cdef long long width, whole
@@ -1029,9 +1031,10 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out):
         return None
     # The paper's encoding with the default base and scale is keyed by the width:
     # D itself, an int, is that key (no new int object for the lookup).
-    cached = _cache.get(D) if b == 10000.0 and s == 1.0 else None
+    cached = (_cache.get(D) if b == 10000.0 and s == 1.0 and convention is None
+              and layout is None and freq_shift is None else None)
     cdef _Encoding enc = (<_Encoding>cached if cached is not None
-                          else _encoding(width, b, s, None, None, None, True))
+                          else _encoding(width, b, s, convention, layout, freq_shift, True))
     if result is None:
         result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
     _fill_positions(result, typenum == cnp.NPY_FLOAT32, &p, 1, enc)
@@ -1042,9 +1045,9 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
                         layout=None, freq_shift=None, scale=1.0, convention=None):
     if type(position) is not int and type(position) is not float:
         position = _python_number(position)
-    if ((type(position) is int or type(position) is float) and layout is None
-            and freq_shift is None and convention is None):
-        result = _single_shortcut(position, D, base, dtype, scale, out)
+    if type(position) is int or type(position) is float:
+        result = _single_shortcut(position, D, base, dtype, scale, out, convention, layout,
+                                  freq_shift)
         if result is not None:
             return result
     cdef Py_ssize_t width = _as_count(D, "D", 1)
