@@ -219,6 +219,8 @@ def test_large_outputs_are_streamed_only_into_mapped_memory():
 
 # New outputs of 16 MiB and more (each as a list of its arrays).
 LARGE_NEW_OUTPUTS = {
+    "one position": "[cpe.positional_encoding(5, 2**22)]",
+    "one real position f32": "[cpe.positional_encoding(2.5, 2**23, dtype=np.float32)]",
     "table f64": "[cpe.positional_encoding_table(2048, 1024, start=5)]",
     "table f16": "[cpe.positional_encoding_table(8192, 1024, dtype=np.float16)]",
     "ids f32": "[cpe.positional_encoding(np.arange(4096 * 5), 256, dtype=np.float32)]",

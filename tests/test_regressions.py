@@ -70,6 +70,21 @@ def test_long_double_positions_beyond_float64_raise_without_a_warning():
             cpe.positional_encoding(np.array([np.longdouble("1e400")]), 4)
 
 
+def test_float32_signalling_nan_positions_raise_without_a_warning():
+    # Converting a float32 signalling NaN to float64 raises the "invalid" flag.
+    snan = np.frombuffer(b"\x01\x00\x80\x7f", np.float32)
+    assert np.isnan(snan[0])
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        for call in (
+            lambda: cpe.positional_encoding(snan, 4),
+            lambda: cpe.positional_encoding([snan[0], np.float32(1.0)], 4),
+            lambda: cpe.rope_cos_sin(snan, 4),
+        ):
+            with pytest.raises(ValueError, match="position must be finite"):
+                call()
+
+
 def test_positions_at_numpys_dimension_limit_are_named():
     for ndim in (64, 32):
         try:

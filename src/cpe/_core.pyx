@@ -284,14 +284,15 @@ cdef object _positions_float64(arr):
     anyway never scans or copies its positions.
     """
     # Floats are checked for NaN/inf by the kernel, before it writes anything; a
-    # long double beyond the float64 range becomes inf here, without a warning.
-    # Other conversions cannot overflow, and np.errstate costs ~1 us, more than the
+    # long double beyond the float64 range becomes inf here, and a float32
+    # signalling NaN a quiet one, without a warning. Integers and float64 raise no
+    # floating-point flag on the way, and np.errstate costs ~1 us, more than the
     # rest of a call for a few positions.
     # (np.asarray(arr, np.float64, order="C") without its Python call, and aligned.)
     cdef int flags = (cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED
                       | cnp.NPY_ARRAY_FORCECAST)
     kind = arr.dtype.kind
-    if kind == "f" and arr.dtype.itemsize > 8:
+    if kind == "f" and arr.dtype.itemsize != 8:
         with np.errstate(over="ignore", invalid="ignore"):
             pos = cnp.PyArray_FROMANY(arr, cnp.NPY_FLOAT64, 0, 0, flags)
     else:
@@ -968,11 +969,12 @@ cdef inline bint _plain_real(value, double* x):
 
 cdef object _python_number(position):
     """A NumPy integer, float64, float32 or float16 scalar as the Python number it
-    holds (the same value), so that it takes the scalar paths; anything else as is."""
+    holds (the same value), so that it takes the scalar paths; anything else as is
+    (np.timedelta64, an np.integer to NumPy, is left to be refused)."""
     kind = type(position)
     if kind is _NP_FLOAT64_TYPE or kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
         return float(position)
-    if isinstance(position, np.integer):
+    if isinstance(position, np.integer) and not isinstance(position, np.timedelta64):
         return int(position)
     return position
 
@@ -1035,8 +1037,10 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, l
               and layout is None and freq_shift is None else None)
     cdef _Encoding enc = (<_Encoding>cached if cached is not None
                           else _encoding(width, b, s, convention, layout, freq_shift, True))
-    if result is None:
+    if result is None and width * (4 if typenum == cnp.NPY_FLOAT32 else 8) < _VIEW_OUTPUT_BYTES:
         result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
+    elif result is None:  # as every large output is made
+        result = _new_array((width,), dtype)
     _fill_positions(result, typenum == cnp.NPY_FLOAT32, &p, 1, enc)
     return result
 
