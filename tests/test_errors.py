@@ -45,9 +45,9 @@ BAD_ARGUMENTS = [
     ({"position": np.array([-(2**60)])}, ValueError, "position"),
     ({"position": np.array(["2001-01-01"], dtype="datetime64[D]")}, TypeError, "position"),
     # np.timedelta64 is an np.integer to NumPy, but no position.
-    ({"position": np.timedelta64(5)}, TypeError, "position must be a real number"),
+    ({"position": np.timedelta64(5, "s")}, TypeError, "position must be a real number"),
     ({"position": np.timedelta64(5, "D")}, TypeError, "position must be a real number"),
-    ({"position": np.timedelta64("NaT")}, TypeError, "position must be a real number"),
+    ({"position": np.timedelta64("NaT", "ns")}, TypeError, "position must be a real number"),
     # numpy.asarray would make 0/1 of a bool, or round a big integer next to a float.
     ({"position": [True, 2]}, TypeError, "position"),
     ({"position": [[1, 2], [np.True_, 3]]}, TypeError, "position"),
