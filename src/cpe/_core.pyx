@@ -1038,6 +1038,8 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, l
     cdef _Encoding enc = (<_Encoding>cached if cached is not None
                           else _encoding(width, b, s, convention, layout, freq_shift, True))
     if result is None and width * (4 if typenum == cnp.NPY_FLOAT32 else 8) < _VIEW_OUTPUT_BYTES:
+        # What _new_array((width,), ...) makes at this size, ~45 ns sooner (its
+        # tuple and loops: 13% of a call at D = 512).
         result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
     elif result is None:  # as every large output is made
         result = _new_array((width,), dtype)
