@@ -221,6 +221,18 @@ def _any_element(c: Chooser, dtype: np.dtype) -> Any:
     return 0
 
 
+class MaskedInside:
+    """An array-like whose ``__array__`` is a masked array (its mask would be lost)."""
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return np.ma.masked_array([1.0, 2.0], mask=[False, True])
+
+    def __eq__(self, other: object) -> bool:  # copies are equal (contract.snapshot)
+        return type(other) is MaskedInside
+
+    __hash__ = object.__hash__
+
+
 BAD_POSITIONS = (
     True,
     np.False_,
@@ -256,6 +268,10 @@ BAD_POSITIONS = (
     range(3),
     b"",
     memoryview(b"abc"),
+    # Buffer-like elements of a list: NumPy would convert them unchecked.
+    [memoryview(np.array([LIMIT + 1, 3])), [0.5, 1.5]],
+    [memoryview(np.array([True, False])), [1, 2]],
+    [MaskedInside(), [1.0, 2.0]],
 )
 
 
@@ -706,14 +722,14 @@ PARAMETERS: dict[str, Parameter] = {
     "n": Parameter(valid_rows, _hostile_count(valid_rows), ("n", "output"), operator.index),
     "D": Parameter(valid_width, _hostile_count(valid_width), ("D", "output"), operator.index),
     "start": Parameter(valid_start, hostile_start, ("start",), operator.index),
-    # "position * frequency overflows": the product of a position and a frequency.
+    # "position * frequency must be at most 2**53": a position times a frequency.
     "base": Parameter(valid_base, hostile_base, ("base", "frequency"), float),
     "dtype": Parameter(valid_dtype, hostile_dtype, ("dtype",), None),
     "layout": Parameter(
         _valid_choice(LAYOUTS_1D), _hostile_choice(LAYOUTS_1D, True), ("layout",), _identity
     ),
     "freq_shift": Parameter(valid_freq_shift, hostile_freq_shift, ("freq_shift",), _optional_float),
-    # "position * frequency overflows": scale multiplies every frequency (as base does).
+    # "position * frequency must be ...": scale multiplies every frequency (as base does).
     "scale": Parameter(valid_scale, hostile_scale, ("scale", "frequency"), _real),
     "convention": Parameter(valid_convention, hostile_convention, ("convention",), _identity),
     "grid_h": Parameter(*_count(valid_grid_side, "grid_h")),
@@ -775,35 +791,58 @@ OVERRIDES: dict[str, dict[str, Parameter]] = {
 OUT_WORDS = ("out",)
 
 
+def _frequencies(D: int, base: float, freq_shift: float | None) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if freq_shift is None:
+            return _reference.frequencies(D, base)
+        half = D // 2
+        return np.float64(base) ** (-np.arange(half) / (half - freq_shift))
+
+
 def angle_factor(D: int, base: float, freq_shift: float | None = None) -> float:
     """Bound on w_j * (1 + |ln w_j|): the oracle rounds the exponent -2j/D (or
     -j/(D//2 - s)), which moves w_j by |ln w_j| * 2**-53 relative."""
+    w = _frequencies(D, base, freq_shift)
     with np.errstate(all="ignore"):
-        if freq_shift is None:
-            w = _reference.frequencies(D, base)
-        else:
-            half = D // 2
-            w = np.float64(base) ** (-np.arange(half) / (half - freq_shift))
         factor = np.max(w * (1.0 + np.abs(np.log(w)))) if w.size else 1.0
     return float(max(1.0, factor)) if math.isfinite(factor) else math.inf
+
+
+def peak_frequency(D: int, base: float, freq_shift: float | None = None) -> float:
+    """The largest frequency of an encoding (0 when it has none)."""
+    w = _frequencies(D, base, freq_shift)
+    return float(np.max(np.abs(w))) if w.size else 0.0
+
+
+ANGLE_LIMIT = 2.0**53  # the largest |position * frequency| cpe accepts
 
 
 def _largest(a: np.ndarray) -> float:
     return float(np.max(np.abs(a))) if a.size else 0.0
 
 
+def _encoding_shift(a: Mapping[str, Any]) -> float | None:
+    if a.get("convention") is not None:
+        return CONVENTIONS[a["convention"]].freq_shift
+    return a.get("freq_shift")
+
+
 def _encoding_factor(a: Mapping[str, Any]) -> float:
     """angle_factor times |scale|, for the frequencies the keywords select."""
-    shift = a.get("freq_shift")
-    if a.get("convention") is not None:
-        shift = CONVENTIONS[a["convention"]].freq_shift
-    factor = angle_factor(a["D"], a.get("base", 10000.0), shift)
+    factor = angle_factor(a["D"], a.get("base", 10000.0), _encoding_shift(a))
     return abs(a.get("scale", 1.0)) * factor
 
 
+def _encoding_peak(a: Mapping[str, Any]) -> float:
+    return abs(a.get("scale", 1.0)) * peak_frequency(
+        a["D"], a.get("base", 10000.0), _encoding_shift(a)
+    )
+
+
 def _table_reach(a: Mapping[str, Any]) -> float:
+    """The largest |position| of a table (0 when it has no rows)."""
     start = a.get("start", 0)
-    return float(max(abs(start), abs(start + a["n"] - 1)))
+    return float(max(abs(start), abs(start + a["n"] - 1))) if a["n"] else 0.0
 
 
 def _coordinate_reach(size: int, a: Mapping[str, Any], scale: str) -> float:
@@ -812,15 +851,15 @@ def _coordinate_reach(size: int, a: Mapping[str, Any], scale: str) -> float:
     return max(0, size - 1) * step / a.get(scale, 1.0)
 
 
-def _sincos_2d_bound(a: Mapping[str, Any]) -> float:
+def _sincos_2d_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_factor) -> float:
     reach = max(
         _coordinate_reach(a["grid_h"], a, "interpolation_scale"),
         _coordinate_reach(a["grid_w"], a, "interpolation_scale"),
     )
-    return reach * angle_factor(a["D"] // 2, a.get("base", 10000.0))
+    return reach * factor(a["D"] // 2, a.get("base", 10000.0))
 
 
-def _sincos_3d_bound(a: Mapping[str, Any]) -> float:
+def _sincos_3d_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_factor) -> float:
     base = a.get("base", 10000.0)
     time = _coordinate_reach(a["t"], a, "temporal_interpolation_scale")
     space = max(
@@ -828,9 +867,7 @@ def _sincos_3d_bound(a: Mapping[str, Any]) -> float:
         _coordinate_reach(a["w"], a, "spatial_interpolation_scale"),
     )
     quarter = a["D"] // 4
-    return max(
-        time * angle_factor(quarter, base), space * angle_factor((a["D"] - quarter) // 2, base)
-    )
+    return max(time * factor(quarter, base), space * factor((a["D"] - quarter) // 2, base))
 
 
 def _rope_shape(a: Mapping[str, Any]) -> tuple[int, ...]:
@@ -839,10 +876,10 @@ def _rope_shape(a: Mapping[str, Any]) -> tuple[int, ...]:
     return (*rows, a["head_dim"])
 
 
-def _rope_bound(a: Mapping[str, Any]) -> float:
+def _rope_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_factor) -> float:
     n = a["n"]
     reach = _table_reach(a) if isinstance(n, int) else _largest(np.asarray(n))
-    return reach * angle_factor(a["head_dim"], a.get("base", 10000.0))
+    return reach * factor(a["head_dim"], a.get("base", 10000.0)) if reach else 0.0
 
 
 def _size(value: Any) -> int | None:
@@ -914,6 +951,7 @@ class CallSpec:
     keywords: tuple[str, ...]  # keyword-only, besides dtype and out
     shape: Callable[[Mapping[str, Any]], tuple[int, ...]]  # of the output, from oracle arguments
     angle_bound: Callable[[Mapping[str, Any]], float]  # largest |angle| times angle_factor
+    largest_angle: Callable[[Mapping[str, Any]], float]  # largest |position * frequency|
     example: Callable[[int, int], dict[str, Any]]  # valid arguments for a (rows, D) output
     overlappable: str | None = None  # an array argument that may share memory with out=
     has_out: bool = True  # takes out= (a tuple of ``outputs`` arrays when > 1)
@@ -980,6 +1018,9 @@ SPECS: tuple[CallSpec, ...] = (
         ("base", *ENCODING_KEYWORDS),
         shape=lambda a: (*a["position"].shape, a["D"]),
         angle_bound=lambda a: _largest(a["position"]) * _encoding_factor(a),
+        largest_angle=lambda a: (
+            _largest(a["position"]) and (_largest(a["position"]) * _encoding_peak(a))
+        ),
         example=lambda rows, D: {"position": np.arange(rows), "D": D},
         overlappable="position",
         constrain=_constrain_encoding,
@@ -990,6 +1031,7 @@ SPECS: tuple[CallSpec, ...] = (
         ("start", "base", *ENCODING_KEYWORDS),
         shape=lambda a: (a["n"], a["D"]),
         angle_bound=lambda a: _table_reach(a) * _encoding_factor(a),
+        largest_angle=lambda a: _table_reach(a) and _table_reach(a) * _encoding_peak(a),
         example=lambda rows, D: {"n": rows, "D": D},
         constrain=_constrain_encoding,
     ),
@@ -999,6 +1041,10 @@ SPECS: tuple[CallSpec, ...] = (
         ("base", "layout", "extra_tokens", "base_size", "interpolation_scale"),
         shape=lambda a: (a.get("extra_tokens", 0) + a["grid_h"] * a["grid_w"], a["D"]),
         angle_bound=_sincos_2d_bound,
+        # No axis is encoded when the grid has no tokens.
+        largest_angle=lambda a: (
+            _sincos_2d_bound(a, peak_frequency) if a["grid_h"] * a["grid_w"] else 0.0
+        ),
         example=lambda rows, D: {"grid_h": rows, "grid_w": 1, "D": _multiple(D, 4)},
         width_multiple=4,
         constrain=_constrain_grid("grid_h", "grid_w"),
@@ -1009,6 +1055,9 @@ SPECS: tuple[CallSpec, ...] = (
         ("base", "temporal_interpolation_scale", "spatial_interpolation_scale"),
         shape=lambda a: (a["t"], a["h"] * a["w"], a["D"]),
         angle_bound=_sincos_3d_bound,
+        largest_angle=lambda a: (
+            _sincos_3d_bound(a, peak_frequency) if a["t"] * a["h"] * a["w"] else 0.0
+        ),
         example=lambda rows, D: {"t": rows, "h": 1, "w": 1, "D": _multiple(D, 16)},
         width_multiple=16,
         constrain=_constrain_grid("t", "h", "w"),
@@ -1019,6 +1068,7 @@ SPECS: tuple[CallSpec, ...] = (
         ("base", "start", "layout"),
         shape=_rope_shape,
         angle_bound=_rope_bound,
+        largest_angle=lambda a: _rope_bound(a, peak_frequency),
         example=lambda rows, D: {"n": rows, "head_dim": _multiple(D, 2)},
         overlappable="n",
         outputs=2,
@@ -1128,6 +1178,33 @@ def _matrix(view: np.ndarray) -> Any:
         return view.view(np.matrix)
 
 
+class LyingShape(np.ndarray):
+    """An out= that claims a shape its memory does not have."""
+
+    claimed: tuple[int, ...] = ()
+
+    @property  # type: ignore[override]
+    def shape(self) -> tuple[int, ...]:
+        return type(self).claimed
+
+
+class LyingDtype(np.ndarray):
+    """An out= of bytes that claims to be float64."""
+
+    @property  # type: ignore[override]
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float64)
+
+
+class HidingOverlap(np.ndarray):
+    """An out= that tells NumPy's overlap checks it shares no memory."""
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func is np.may_share_memory or func is np.shares_memory:
+            return False
+        return super().__array_function__(func, types, args, kwargs)
+
+
 def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> OutCase:
     """An out= of the given kind for an output of ``shape`` and ``dtype``."""
     if kind == "good":
@@ -1177,6 +1254,13 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
     if kind == "masked":
         view, owner = _owned(shape, dtype)
         return _case(kind, np.ma.masked_array(view), owner)
+    if kind == "lying_shape" and shape and math.prod(shape) > 1:
+        view, owner = _owned((1,) * len(shape), dtype)
+        liar = type("LyingShape", (LyingShape,), {"claimed": shape})
+        return _case(kind, view.view(liar), owner)
+    if kind == "lying_dtype" and shape:
+        view, owner = _owned(shape, np.int8)
+        return _case(kind, view.view(LyingDtype), owner)
     return make_out(c, "good", shape, dtype)  # kinds that need a dimension the shape lacks
 
 
@@ -1191,6 +1275,8 @@ WRONG_OUT_KINDS = (
     "misaligned",
     "not_an_array",
     "matrix",
+    "lying_shape",
+    "lying_dtype",
 )
 RIGHT_OUT_KINDS = ("none", "good", "masked")
 
@@ -1216,6 +1302,8 @@ def overlap_out(c: Chooser, spec: CallSpec, args: dict[str, Any], dtype: np.dtyp
     else:
         view[..., 0] = values
         args[name] = view[..., 0]  # strided view into out
+    if c.integer(0, 1):
+        view = view.view(HidingOverlap)
     return _case("overlap", view, owner)
 
 

@@ -36,11 +36,15 @@ DOWNSTREAM = textwrap.dedent(
     from cpe.kernels cimport (
         CPE_ERR_ARGUMENT,
         CPE_ERR_NOMEM,
+        CPE_ERR_RANGE,
         CPE_LAYOUT_COS_SIN,
         CPE_LAYOUT_INTERLEAVED,
         CPE_LAYOUT_SIN_COS,
         CPE_OK,
         digit_levels,
+        fill_angle_sum_f32,
+        fill_angle_sum_f64,
+        fill_positions_levels_f32,
         fill_positions_levels_f64,
         fill_rope_positions_f32,
         fill_rope_positions_f64,
@@ -53,12 +57,14 @@ DOWNSTREAM = textwrap.dedent(
         fill_table_f32,
         fill_table_f64,
         frequencies,
+        sincos_row,
     )
 
     CONSTANTS = {
         "CPE_OK": CPE_OK,
         "CPE_ERR_ARGUMENT": CPE_ERR_ARGUMENT,
         "CPE_ERR_NOMEM": CPE_ERR_NOMEM,
+        "CPE_ERR_RANGE": CPE_ERR_RANGE,
         "CPE_LAYOUT_INTERLEAVED": CPE_LAYOUT_INTERLEAVED,
         "CPE_LAYOUT_SIN_COS": CPE_LAYOUT_SIN_COS,
         "CPE_LAYOUT_COS_SIN": CPE_LAYOUT_COS_SIN,
@@ -282,6 +288,119 @@ DOWNSTREAM = textwrap.dedent(
         with nogil:
             status = frequencies(w, w + 4, n_freq, base, exponent_den, 1.0)
         return status
+
+
+    def statuses(bint null_out, bint null_second, double position, double scale,
+                 bint nan_frequency):
+        """The status of every fill function for 3 rows of width 8 (4 frequencies),
+        at ``position`` (a table starting there, or 3 positions equal to it), with
+        the frequencies of base 10000 times ``scale`` (NaN in the middle with
+        ``nan_frequency``) and, if asked, a NULL first or second output."""
+        cdef double w[8]
+        cdef double out64[24]
+        cdef double sin64[24]
+        cdef float out32[24]
+        cdef float sin32[24]
+        cdef double levels[2 * 4 * 16 * 2]
+        cdef double positions[3]
+        cdef const double* rows[1]
+        cdef int status = frequencies(w, w + 4, 4, 10000.0, 4.0, scale)
+        if nan_frequency:
+            w[3] = float("nan")
+        positions[0] = positions[1] = positions[2] = position
+        cdef double* o64 = NULL if null_out else out64
+        cdef float* o32 = NULL if null_out else out32
+        cdef double* s64 = NULL if null_second else sin64
+        cdef float* s32 = NULL if null_second else sin32
+        digit_levels(levels, 16, 2, w, w + 4, 4)
+        rows[0] = levels
+        result = {"frequencies": status}
+        with nogil:
+            status = fill_table_f64(o64, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+        result["fill_table_f64"] = status
+        with nogil:
+            status = fill_table_f32(o32, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+        result["fill_table_f32"] = status
+        with nogil:
+            status = fill_positions_f64(o64, positions, 3, 8, w, w + 4, 4,
+                                        CPE_LAYOUT_INTERLEAVED)
+        result["fill_positions_f64"] = status
+        with nogil:
+            status = fill_positions_f32(o32, positions, 3, 8, w, w + 4, 4,
+                                        CPE_LAYOUT_INTERLEAVED)
+        result["fill_positions_f32"] = status
+        with nogil:
+            status = fill_table_levels_f64(o64, position, 3, 8, w, w + 4, 4,
+                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+        result["fill_table_levels_f64"] = status
+        with nogil:
+            status = fill_table_levels_f32(o32, position, 3, 8, w, w + 4, 4,
+                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+        result["fill_table_levels_f32"] = status
+        with nogil:
+            status = fill_positions_levels_f64(o64, positions, 3, 8, w, w + 4, 4,
+                                               CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+        result["fill_positions_levels_f64"] = status
+        with nogil:
+            status = fill_positions_levels_f32(o32, positions, 3, 8, w, w + 4, 4,
+                                               CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+        result["fill_positions_levels_f32"] = status
+        with nogil:
+            status = fill_rope_table_f64(o64, s64, position, 3, 8, w, w + 4, False,
+                                         NULL, 0, 0)
+        result["fill_rope_table_f64"] = status
+        with nogil:
+            status = fill_rope_table_f32(o32, s32, position, 3, 8, w, w + 4, False,
+                                         NULL, 0, 0)
+        result["fill_rope_table_f32"] = status
+        with nogil:
+            status = fill_rope_positions_f64(o64, s64, positions, 3, 8, w, w + 4, False,
+                                             NULL, 0, 0)
+        result["fill_rope_positions_f64"] = status
+        with nogil:
+            status = fill_rope_positions_f32(o32, s32, positions, 3, 8, w, w + 4, False,
+                                             NULL, 0, 0)
+        result["fill_rope_positions_f32"] = status
+        with nogil:
+            status = fill_angle_sum_f64(o64, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
+        result["fill_angle_sum_f64"] = status
+        with nogil:
+            status = fill_angle_sum_f32(o32, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
+        result["fill_angle_sum_f32"] = status
+        with nogil:
+            status = sincos_row(o64, position, w, w + 4, 4)
+        result["sincos_row"] = status
+        with nogil:
+            status = digit_levels(o64, 2, 1, w, w + 4, 4)
+        result["digit_levels"] = status
+        return result
+
+
+    def table_of_width(Py_ssize_t width):
+        """fill_table_f64 of 2 rows at start 10**6 into a new buffer, with its own
+        frequencies: made before the call, so that only the kernel's scratch memory
+        is allocated during it."""
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+        cdef double* out = <double*>malloc(sizeof(double) * 2 * width)
+        cdef int status = CPE_ERR_NOMEM
+        if w != NULL and out != NULL:
+            for i in range(2 * width):
+                out[i] = 0.0  # mapped before the call
+            status = frequencies(w, w + n_freq, n_freq, 10000.0, width / 2.0, 1.0)
+        return <size_t>w, <size_t>out, status
+
+
+    def table_status(size_t w_address, size_t out_address, Py_ssize_t width):
+        cdef Py_ssize_t n_freq = (width + 1) // 2
+        cdef double* w = <double*>w_address
+        cdef int status
+        with nogil:
+            status = fill_table_f64(<double*>out_address, 1e6, 2, width, w, w + n_freq, n_freq,
+                                    CPE_LAYOUT_INTERLEAVED)
+        free(w)
+        free(<double*>out_address)
+        return status
     '''
 )
 
@@ -354,10 +473,117 @@ def test_enum_values_compiled_into_downstream_code(downstream: ModuleType) -> No
         "CPE_OK": 0,
         "CPE_ERR_ARGUMENT": -1,
         "CPE_ERR_NOMEM": -2,
+        "CPE_ERR_RANGE": -3,
         "CPE_LAYOUT_INTERLEAVED": 0,
         "CPE_LAYOUT_SIN_COS": 1,
         "CPE_LAYOUT_COS_SIN": 2,
     }
+
+
+FILLS = (
+    "fill_table_f64",
+    "fill_table_f32",
+    "fill_positions_f64",
+    "fill_positions_f32",
+    "fill_table_levels_f64",
+    "fill_table_levels_f32",
+    "fill_positions_levels_f64",
+    "fill_positions_levels_f32",
+    "fill_rope_table_f64",
+    "fill_rope_table_f32",
+    "fill_rope_positions_f64",
+    "fill_rope_positions_f32",
+)
+ROPE = tuple(name for name in FILLS if "rope" in name)
+OTHERS = ("fill_angle_sum_f64", "fill_angle_sum_f32", "sincos_row", "digit_levels")
+
+
+def _statuses(
+    downstream: ModuleType,
+    *,
+    null_out: bool = False,
+    null_second: bool = False,
+    position: float = 5.0,
+    scale: float = 1.0,
+    nan_frequency: bool = False,
+) -> dict[str, int]:
+    return downstream.statuses(null_out, null_second, position, scale, nan_frequency)  # type: ignore[no-any-return]
+
+
+def test_every_function_returns_ok_for_valid_arguments(downstream: ModuleType) -> None:
+    statuses = _statuses(downstream)
+    assert set(statuses) == {"frequencies", *FILLS, *OTHERS}
+    assert statuses == dict.fromkeys(statuses, 0)
+
+
+def test_null_outputs_are_refused(downstream: ModuleType) -> None:
+    statuses = _statuses(downstream, null_out=True)
+    assert statuses == {"frequencies": 0, **dict.fromkeys((*FILLS, *OTHERS), -1)}
+    # RoPE's sin table alone: once it was written as [sin | cos] into the cos table.
+    statuses = _statuses(downstream, null_second=True)
+    assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(ROPE, -1)}
+
+
+def test_non_finite_positions_are_refused(downstream: ModuleType) -> None:
+    statuses = _statuses(downstream, position=math.nan)
+    # The angle sums and digit levels take no position.
+    expected = {"frequencies": 0, "fill_angle_sum_f64": 0, "fill_angle_sum_f32": 0}
+    assert statuses == {**dict.fromkeys(statuses, -1), **expected, "digit_levels": 0}
+
+
+def test_angles_beyond_2_53_are_a_range_error(downstream: ModuleType) -> None:
+    # 2**52 rows times a frequency of 4; sincos_row (the rows of the levels) has
+    # no range check, as documented.
+    statuses = _statuses(downstream, position=2.0**52, scale=4.0)
+    assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
+    # Rows up to 2**51 (a table of 3 from 2**51 - 2): angles up to 2**53, accepted.
+    statuses = _statuses(downstream, position=2.0**51 - 2, scale=4.0)
+    assert statuses == dict.fromkeys(statuses, 0)
+
+
+def test_a_nan_frequency_is_a_range_error(downstream: ModuleType) -> None:
+    # (The last: the range check reads the ends of the monotone frequencies.)
+    statuses = _statuses(downstream, nan_frequency=True)
+    assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
+
+
+def test_frequencies_beyond_a_double_are_a_range_error(downstream: ModuleType) -> None:
+    assert downstream.frequencies_status(4, 5e-324, 0.5) == -3  # w_1 = 1 / base**2 = inf
+    assert downstream.frequencies_status(4, 10000.0, 2.0) == 0
+    assert downstream.frequencies_status(4, 0.0, 2.0) == -1
+    assert downstream.frequencies_status(-1, 10000.0, 2.0) == -1
+
+
+_NOMEM_CALL = textwrap.dedent("""
+    import importlib.util, os, resource, sys
+    spec = importlib.util.spec_from_file_location("downstream", sys.argv[1])
+    downstream = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(downstream)
+    width = 1 << 22  # 32 MiB of scratch for one row of sines and cosines
+    w, out, status = downstream.table_of_width(width)
+    assert status == 0, status
+    held = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (held + (8 << 20), hard))
+    status = downstream.table_status(w, out, width)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    print(status)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+@pytest.mark.skipif(
+    "libasan" in os.environ.get("LD_PRELOAD", ""),
+    reason="AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot apply",
+)
+def test_scratch_memory_that_cannot_be_had_is_nomem(downstream: ModuleType) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _NOMEM_CALL, downstream.__file__],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["-2"], done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(("n", "D", "start"), [(1, 4, 0), (7, 9, -3), (300, 64, 1000), (50, 1, 5)])

@@ -168,3 +168,47 @@ def test_arguments_keep_their_reference_counts():
         )
         checked += 1
     assert checked > 50
+
+
+DISTINCT_KEYS = """
+import gc, os, sys
+import numpy as np
+import cpe
+from cpe import _core
+
+page = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+
+for i in range(20000):  # the caches full, the allocator warm
+    cpe.positional_encoding(3, 2, base=1.5 + i)
+before = rss()
+for i in range(1_000_000):  # a million distinct encodings, each a cache entry
+    cpe.positional_encoding(3, 2 + i % 2, base=2.0 + i * 1e-3)
+    if i % 16 == 0:  # and their digit levels
+        cpe.positional_encoding_table(64, 2, scale=1.0 + i * 1e-3)
+after = rss()
+snap = _core._cache_snapshot()
+print(after - before, len(snap["encodings"]), len(snap["levels"]))
+"""
+
+
+@pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
+def test_caches_keep_their_budget_over_a_million_distinct_keys():
+    # The budgets are 2 MiB (encodings) and 4 MiB (digit levels), counted with
+    # each entry's objects: a bound on what the process keeps, not only on the
+    # frequencies. (When only the frequencies were counted, 16 bytes an entry,
+    # the process kept 62-171 MiB.)
+    done = subprocess.run(
+        [sys.executable, "-c", DISTINCT_KEYS],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    grown, encodings, levels = map(int, done.stdout.split())
+    assert grown < 12 << 20, f"RSS grew by {grown / 2**20:.1f} MiB over a million cache keys"
+    assert 1000 < encodings < 10000, encodings
+    assert levels > 10, levels

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import cpe
 from call_specs import SPEC_IDS, SPECS, CallSpec, draw_call
-from contract import check_call
+from contract import check_call, is_range_refusal
 
 _COMMON = {
     "deadline": None,
@@ -79,7 +79,10 @@ def test_every_public_function_has_a_call_spec():
 @given(data=st.data())
 def test_valid_calls_match_the_reference(spec, data):
     result = run(spec, data, "valid")
-    assert not isinstance(result, BaseException), f"a valid call was rejected: {result!r}"
+    # Valid arguments may still ask for angles beyond 2**53 (check_call checks
+    # that such a refusal is right).
+    if not is_range_refusal(result):
+        assert not isinstance(result, BaseException), f"a valid call was rejected: {result!r}"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)

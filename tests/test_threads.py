@@ -68,16 +68,19 @@ def cache_entries_are_consistent() -> list[str]:
     snap = _core._cache_snapshot()
     problems = []
     encodings, levels = snap["encodings"], snap["levels"]
-    held = sum(e.frequencies.nbytes for e in encodings)
-    if snap["encoding_bytes"] > snap["encoding_budget"]:
-        problems.append(f"frequency cache: {snap['encoding_bytes']} bytes over its budget")
-    if snap["encoding_bytes"] != held:
-        problems.append(f"frequency cache: counts {snap['encoding_bytes']} bytes, holds {held}")
-    held = sum(array.nbytes for array in levels.values())
-    if snap["level_bytes"] > snap["level_budget"]:
-        problems.append(f"level cache: {snap['level_bytes']} bytes over its budget")
-    if snap["level_bytes"] != held:
-        problems.append(f"level cache: counts {snap['level_bytes']} bytes, holds {held}")
+    # Each entry is counted for at least its object and its arrays' bytes.
+    for enc, cost in zip(encodings, snap["encoding_costs"], strict=True):
+        if cost < sys.getsizeof(enc) + enc.frequencies.nbytes:
+            problems.append(f"frequency cache: entry {enc.key} counted for {cost} bytes only")
+    for table, cost in zip(levels.values(), snap["level_costs"], strict=True):
+        if cost < table.nbytes:
+            problems.append(f"level cache: an entry counted for {cost} bytes only")
+    for name in ("encoding", "level"):
+        held = sum(snap[f"{name}_costs"])
+        if snap[f"{name}_bytes"] > snap[f"{name}_budget"]:
+            problems.append(f"{name} cache: {snap[f'{name}_bytes']} bytes over its budget")
+        if snap[f"{name}_bytes"] != held:
+            problems.append(f"{name} cache: counts {snap[f'{name}_bytes']} bytes, holds {held}")
     for enc in encodings:
         w = enc.frequencies
         if w.flags.writeable or w.shape != (2, max(enc.n_freq, 1)):

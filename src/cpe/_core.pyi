@@ -39,11 +39,12 @@ def _check_dtype(dtype: object) -> np.dtype[Any]: ...
 def _check_out(
     out: object, shape: tuple[int, ...], dtype: np.dtype[Any], sizes: str
 ) -> npt.NDArray[np.floating[Any]]: ...
+def _overlap(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool: ...
 def _fill_rope(
     cos: npt.NDArray[np.floating[Any]],
     sin: npt.NDArray[np.floating[Any]],
-    start: object,
-    base: object,
+    start: int,
+    base: float,
     interleaved: bool,
 ) -> None: ...
 def _rope_positions(

@@ -8,6 +8,7 @@ import numbers
 import operator
 import sys
 import threading
+from collections import deque
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
+    CPE_ANGLE_LIMIT,
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_OK,
@@ -67,7 +69,8 @@ def _max_ndim():
 
 
 _MAX_NDIM = _max_ndim()
-# Bytes of frequency vectors kept between calls (16 bytes per frequency).
+# Bytes kept between calls by the frequency cache (each entry counted with its
+# objects, not its frequencies alone: see _footprint).
 cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 # Digit levels (see kernels.pxd) kept between calls, at most _DIGIT_BUDGET bytes
 # in all and half of it per encoding. An integer position 0 <= p < 65536 is
@@ -181,12 +184,23 @@ def _dtype_names():
 
 
 cdef dict _DTYPE_NAMES = _dtype_names()
+# Byte-order marks that keep a dtype string native ("=f8", "<f8" on little-endian).
+cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
 
 
 cdef object _as_dtype(dtype):
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
         return dtype
-    if type(dtype) is str or type(dtype) is type:  # hashable, compared by value
+    if type(dtype) is str:
+        # Strings are read from the table alone: np.dtype warns about some
+        # (deprecated aliases such as "a") before it says what they are.
+        known = _DTYPE_NAMES.get(dtype)
+        if known is None and len(dtype) <= 3 and dtype[:1] in _NATIVE_ORDER:  # "<f8", "=d"
+            known = _DTYPE_NAMES.get(dtype[1:])
+        if known is not None:
+            return known
+        raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
+    if type(dtype) is type:  # hashable, compared by value
         known = _DTYPE_NAMES.get(dtype)
         if known is not None:
             return known
@@ -206,8 +220,8 @@ cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
     """Bools in a list or tuple of positions, which numpy.asarray would turn into
     0/1 without a word, and masked arrays (their masks would be dropped); with
     ``to_float`` (asarray made floats), integers beyond 2**53, which it rounded.
-    The usual element types are recognized by identity: for a list of 1e5 floats,
-    ints or NumPy scalars this adds 0.1-0.4 ms to the ~2-4 ms of the conversion."""
+    Elements other than numbers, lists, tuples and arrays are refused. The usual
+    element types are recognized by identity, cheaply beside the conversion."""
     cdef int overflow = 0
     cdef long long value
     if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
@@ -240,6 +254,13 @@ cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
                     abs(int(item)) > _EXACT_INTEGER_LIMIT if item.ndim == 0 else
                     item.max() > _EXACT_INTEGER_LIMIT or item.min() < -_EXACT_INTEGER_LIMIT):
                 raise ValueError("position must be integers of magnitude <= 2**53")
+        else:
+            # Buffers and objects with __array__ would be converted unchecked
+            # (their bools, their integers beyond 2**53, their masks).
+            raise TypeError(
+                "position must be real numbers: a list or tuple of positions may hold "
+                f"numbers, lists, tuples and NumPy arrays, got {kind.__name__} (convert "
+                "it with numpy.asarray first)")
     return 0
 
 
@@ -278,10 +299,14 @@ cdef object _position_array(position):
 
 
 cdef object _positions_float64(arr):
-    """The positions as a C-contiguous float64 array; integers must be exact.
+    """The positions as a C-contiguous float64 array of cpe's own; integers must
+    be exact.
 
-    Called once the output has been checked, so that a request that is rejected
-    anyway never scans or copies its positions.
+    Always a copy: the kernels read a position more than once (to check it, then
+    to compute its row), so positions that the caller's memory holds could be
+    changed in between by another thread, or overwritten by the kernel itself
+    when they live inside ``out=``. Called once the output has been checked, so
+    that a request that is rejected anyway never scans or copies its positions.
     """
     # Floats are checked for NaN/inf by the kernel, before it writes anything; a
     # long double beyond the float64 range becomes inf here, and a float32
@@ -290,7 +315,7 @@ cdef object _positions_float64(arr):
     # rest of a call for a few positions.
     # (np.asarray(arr, np.float64, order="C") without its Python call, and aligned.)
     cdef int flags = (cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED
-                      | cnp.NPY_ARRAY_FORCECAST)
+                      | cnp.NPY_ARRAY_FORCECAST | cnp.NPY_ARRAY_ENSURECOPY)
     kind = arr.dtype.kind
     if kind == "f" and arr.dtype.itemsize != 8:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -419,10 +444,18 @@ cdef object _new_array(tuple shape, dt):
     return raw.view(dt).reshape(shape)
 
 
+cdef tuple _dims(cnp.ndarray array):
+    """The shape NumPy itself holds for ``array`` (a subclass may override ``.shape``)."""
+    cdef int k
+    return tuple([cnp.PyArray_DIM(array, k) for k in range(cnp.PyArray_NDIM(array))])
+
+
 cdef object _prepare_out(out, tuple shape, dt, str sizes):
     """The array to return: ``out`` after checking it, or a new one.
 
     ``sizes`` names the arguments that set the shape, for the error messages.
+    ``out`` is checked from its C-level fields (dims, descr, flags): the kernels
+    write through its data pointer, whatever its Python attributes claim.
     """
     cdef bint too_large = _too_large(shape, dt)
     if out is None:
@@ -432,10 +465,12 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     cdef cnp.ndarray array = out
-    if <object>cnp.PyArray_DESCR(array) is not dt and out.dtype != dt:
-        raise TypeError(f"out must have dtype {dt} (the dtype argument), got {out.dtype}")
-    if out.shape != shape:
-        raise ValueError(f"out must have shape {shape}, got {out.shape}")
+    descr = <object>cnp.PyArray_DESCR(array)
+    if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
+                                and cnp.PyArray_ISNOTSWAPPED(array)):
+        raise TypeError(f"out must have dtype {dt} (the dtype argument), got {descr}")
+    if _dims(array) != shape:
+        raise ValueError(f"out must have shape {shape}, got {_dims(array)}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
         raise ValueError("out must be C-contiguous and aligned")
     if not cnp.PyArray_ISWRITEABLE(array):
@@ -443,6 +478,14 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
     if too_large:  # out= exists, but its float64 working buffer cannot
         raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
     return out
+
+
+def _overlap(cnp.ndarray a, cnp.ndarray b):
+    """Whether two C-contiguous arrays share memory: their byte ranges meet
+    (decided from their data pointers, never dispatched to a subclass)."""
+    cdef size_t start_a = <size_t>cnp.PyArray_DATA(a), start_b = <size_t>cnp.PyArray_DATA(b)
+    cdef size_t size_a = cnp.PyArray_NBYTES(a), size_b = cnp.PyArray_NBYTES(b)
+    return size_a != 0 and size_b != 0 and start_a < start_b + size_b and start_b < start_a + size_a
 
 
 cdef class _Encoding:
@@ -472,14 +515,71 @@ cdef inline char* _address(cnp.ndarray array) noexcept:
 # ---- encodings, cached: bounded in bytes, safe without the GIL ----
 
 _cache_lock = threading.Lock()
-cdef dict _cache = {}
-cdef Py_ssize_t _cache_bytes = 0
+# What a dict slot and a deque slot cost beyond the objects they point to.
+cdef Py_ssize_t _SLOT_BYTES = 64
+
+
+cdef Py_ssize_t _footprint(key, parts) except -1:
+    """The bytes an entry keeps alive: its key (and the numbers in it), its
+    objects (an array's data included when it owns it) and its slots."""
+    cdef Py_ssize_t total = _SLOT_BYTES + sys.getsizeof(key)
+    if type(key) is tuple:
+        for item in key:
+            total += sys.getsizeof(item)
+    for part in parts:
+        total += sys.getsizeof(part)
+    return total
+
+
+cdef class _BoundedCache:
+    """A dict whose entries cost at most ``budget`` bytes in all (their real
+    footprint, see _footprint), evicted first in, first out in O(1).
+
+    Lookups need no lock (a dict lookup is atomic, with or without the GIL);
+    ``add`` is called under _cache_lock. An entry that alone exceeds the budget
+    is not kept.
+    """
+    cdef dict entries
+    cdef object order          # deque of (key, cost), oldest first
+    cdef readonly Py_ssize_t nbytes
+    cdef readonly Py_ssize_t budget
+
+    def __cinit__(self, Py_ssize_t budget):
+        self.entries = {}
+        self.order = deque()
+        self.nbytes = 0
+        self.budget = budget
+
+    cdef object add(self, key, value, Py_ssize_t cost):
+        """The entry kept for ``key``: one added meanwhile, or ``value``."""
+        existing = self.entries.get(key)
+        if existing is not None:
+            return existing
+        if cost > self.budget:
+            return value
+        self.entries[key] = value
+        self.order.append((key, cost))
+        self.nbytes += cost
+        while self.nbytes > self.budget:
+            old_key, old_cost = self.order.popleft()
+            del self.entries[old_key]
+            self.nbytes -= old_cost
+        return value
+
+    def snapshot(self):
+        """(values, their costs, bytes counted, budget), as seen under the lock."""
+        with _cache_lock:
+            costs = {key: cost for key, cost in self.order}
+            return (list(self.entries.values()), [costs[key] for key in self.entries],
+                    self.nbytes, self.budget)
+
+
+cdef _BoundedCache _encodings = _BoundedCache(_CACHE_BUDGET)
 
 
 cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
                          freq_shift, bint needed):
     """The checked encoding; when it is not ``needed`` (empty output), ``None``."""
-    global _cache_bytes
     cdef int layout_code = CPE_LAYOUT_INTERLEAVED
     cdef Py_ssize_t n_freq = (width + 1) // 2
     cdef double den = width / 2.0
@@ -499,10 +599,8 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         key = (width, base, scale)
     else:
         key = (width, n_freq, layout_code, base, den, scale)
-    # A dict lookup is atomic, with or without the GIL; eviction is first-in,
-    # first-out, so a hit needs no lock.
     cdef _Encoding enc
-    cached = _cache.get(key)
+    cached = _encodings.entries.get(key)
     if cached is not None:
         return <_Encoding>cached
     enc = _Encoding.__new__(_Encoding)
@@ -512,12 +610,12 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     cdef Py_ssize_t stride = max(n_freq, 1)
     w = np.zeros((2, stride), dtype=np.float64)
     cdef double* hi = <double*>_address(w)
+    cdef int status = CPE_OK
     if n_freq:
         with nogil:
-            frequencies(hi, hi + stride, n_freq, base, den, scale)
-        # Monotone in j: the ends are the extremes.
-        if not (isfinite(hi[0]) and isfinite(hi[n_freq - 1])
-                and (hi[n_freq - 1] != 0.0 or scale == 0.0)):
+            status = frequencies(hi, hi + stride, n_freq, base, den, scale)
+        # Monotone in j: a frequency that underflowed to 0 is the last.
+        if status != CPE_OK or (hi[n_freq - 1] == 0.0 and scale != 0.0):
             raise ValueError(
                 f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
                 f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
@@ -526,14 +624,9 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     enc.frequencies = w
     enc.w_hi = hi
     enc.w_lo = hi + stride
-    if w.nbytes <= _CACHE_BUDGET:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = enc
-                _cache_bytes += w.nbytes
-                while _cache_bytes > _CACHE_BUDGET:
-                    _cache_bytes -= (<_Encoding>_cache.pop(next(iter(_cache)))).frequencies.nbytes
-    return enc
+    cdef Py_ssize_t cost = _footprint(key, (enc, w))
+    with _cache_lock:
+        return <_Encoding>_encodings.add(key, enc, cost)
 
 
 cdef extern from *:
@@ -652,17 +745,15 @@ cdef Py_ssize_t _mark_digits(const double* positions, Py_ssize_t n, Py_ssize_t r
     return count
 
 
-cdef dict _digit_cache = {}
-cdef Py_ssize_t _digit_bytes = 0
+cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
 
 
 cdef _Levels _levels_of(_Encoding enc):
     """The (cached) digit levels of ``enc``, or None when they would not fit the cache."""
-    global _digit_bytes
     cdef Py_ssize_t nbytes = _level_bytes(enc.n_freq)
     if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
         return None
-    cached = _digit_cache.get(enc.key)
+    cached = _digit_cache.entries.get(enc.key)
     if cached is not None:
         return <_Levels>cached
     cdef _Levels levels = _Levels.__new__(_Levels)
@@ -672,15 +763,12 @@ cdef _Levels _levels_of(_Encoding enc):
     levels.table = _aligned_rows((levels.n_levels, levels.radix, 2 * enc.n_freq))
     levels.data = <double*>_address(levels.table)
     levels.table.flags.writeable = False
+    # The level rows live in the base of the (aligned) view; the encoding is
+    # counted too, as the entry keeps it alive after the frequency cache let it go.
+    cdef Py_ssize_t cost = _footprint(enc.key, (levels, levels.table, levels.table.base, enc,
+                                                enc.frequencies))
     with _cache_lock:
-        cached = _digit_cache.get(enc.key)
-        if cached is not None:
-            return <_Levels>cached
-        _digit_cache[enc.key] = levels
-        _digit_bytes += nbytes
-        while _digit_bytes > _DIGIT_BUDGET:
-            _digit_bytes -= (<_Levels>_digit_cache.pop(next(iter(_digit_cache)))).table.nbytes
-    return levels
+        return <_Levels>_digit_cache.add(enc.key, levels, cost)
 
 
 cdef object _unkept_levels(_Encoding enc, Py_ssize_t n_levels, const double** levels,
@@ -759,19 +847,23 @@ cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssi
 def _cache_snapshot():
     """Both caches as seen under their lock, for tests: a dict of
 
-    ``encodings`` (the cached ``_Encoding`` objects), ``encoding_bytes`` and
-    ``encoding_budget``; ``levels`` (encoding key -> digit-level array),
+    ``encodings`` (the cached ``_Encoding`` objects), ``encoding_costs`` (the
+    bytes each is counted for), ``encoding_bytes`` and ``encoding_budget``;
+    ``levels`` (encoding key -> digit-level array), ``level_costs``,
     ``level_bytes`` and ``level_budget``.
     """
-    with _cache_lock:
-        return {
-            "encodings": list(_cache.values()),
-            "encoding_bytes": _cache_bytes,
-            "encoding_budget": _CACHE_BUDGET,
-            "levels": {key: (<_Levels>value).table for key, value in _digit_cache.items()},
-            "level_bytes": _digit_bytes,
-            "level_budget": _DIGIT_BUDGET,
-        }
+    encodings, encoding_costs, encoding_bytes, encoding_budget = _encodings.snapshot()
+    levels, level_costs, level_bytes, level_budget = _digit_cache.snapshot()
+    return {
+        "encodings": encodings,
+        "encoding_costs": encoding_costs,
+        "encoding_bytes": encoding_bytes,
+        "encoding_budget": encoding_budget,
+        "levels": {(<_Levels>value).enc.key: (<_Levels>value).table for value in levels},
+        "level_costs": level_costs,
+        "level_bytes": level_bytes,
+        "level_budget": level_budget,
+    }
 
 
 # ---- running the kernels ----
@@ -780,7 +872,10 @@ cdef int _raise_for(int status) except -1:
     if status == CPE_ERR_NOMEM:
         raise MemoryError("cpe: could not allocate scratch memory")
     if status == CPE_ERR_RANGE:
-        raise ValueError("position * frequency overflows a double")
+        raise ValueError(
+            "position * frequency must be at most 2**53 in magnitude (the range in which "
+            "cpe's accuracy bound holds): the positions (position, or start and n), scale "
+            "or base are too large")
     if status == CPE_ERR_ARGUMENT:
         raise ValueError("position must be finite (no NaN or infinity)")
     if status != CPE_OK:
@@ -823,13 +918,14 @@ cdef bint _single_position(char* data, bint single, double p, _Encoding enc) exc
             or _level_bytes(n_freq) > _DIGIT_BUDGET // 2):
         return False
     # The kernel's own range check (it raises there); the digit rows are then finite.
-    if not isfinite(fabs(p) * max(fabs(enc.w_hi[0]), fabs(enc.w_hi[n_freq - 1]))):
+    if not (fabs(p) * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
+            and fabs(p) * fabs(enc.w_hi[n_freq - 1]) <= CPE_ANGLE_LIMIT):
         return False
     cdef Py_ssize_t radix = _digit_radix(n_freq)
     # The level rows of p's digits, lowest level first (p was checked above).
     count = _mark_digits(&p, 1, radix, _digit_shift(radix), _digit_count(radix), NULL,
                          indices)
-    cached = _digit_cache.get(enc.key)
+    cached = _digit_cache.entries.get(enc.key)
     if cached is None and not cpe_flag_get(&enc.levels_wanted):
         cpe_flag_set(&enc.levels_wanted)
         rows_owner = np.empty((count, row_doubles), dtype=np.float64)
@@ -1033,7 +1129,7 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, l
         return None
     # The paper's encoding with the default base and scale is keyed by the width:
     # D itself, an int, is that key (no new int object for the lookup).
-    cached = (_cache.get(D) if b == 10000.0 and s == 1.0 and convention is None
+    cached = (_encodings.entries.get(D) if b == 10000.0 and s == 1.0 and convention is None
               and layout is None and freq_shift is None else None)
     cdef _Encoding enc = (<_Encoding>cached if cached is not None
                           else _encoding(width, b, s, convention, layout, freq_shift, True))
@@ -1074,8 +1170,6 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         result = _prepare_out(out, arr.shape + (width,), dt, "position and D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
         pos = _positions_float64(arr)
-        if out is not None and np.may_share_memory(pos, out):
-            pos = pos.copy()
         target = _kernel_target(result, dt)
         if pos.size:
             _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), pos.size, enc)
@@ -1273,35 +1367,76 @@ def _check_out(out, shape, dtype, sizes):
     return _prepare_out(out, tuple(shape), _as_dtype(dtype), sizes)
 
 
-def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, base, bint interleaved):
+# Rows of a float16 RoPE table computed (in float64) and rounded at a time.
+cdef Py_ssize_t _FLOAT16_BLOCK_BYTES = 256 * 1024
+
+
+cdef int _check_angles(_Encoding enc, double largest_position) except -1:
+    """The kernels' range check, for requests whose parts are computed apart."""
+    cdef Py_ssize_t last = enc.n_freq - 1
+    if enc.n_freq and not (largest_position * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
+                           and largest_position * fabs(enc.w_hi[last]) <= CPE_ANGLE_LIMIT):
+        _raise_for(CPE_ERR_RANGE)
+    return 0
+
+
+cdef int _rope_table_kernel(char* cos_data, char* sin_data, bint single, double first,
+                            Py_ssize_t n, _Encoding enc, bint interleaved,
+                            const double* levels, Py_ssize_t radix,
+                            Py_ssize_t n_levels) noexcept nogil:
+    if single:
+        return fill_rope_table_f32(<float*>cos_data, <float*>sin_data, first, n, enc.width,
+                                   enc.w_hi, enc.w_lo, interleaved, levels, radix, n_levels)
+    return fill_rope_table_f64(<double*>cos_data, <double*>sin_data, first, n, enc.width,
+                               enc.w_hi, enc.w_lo, interleaved, levels, radix, n_levels)
+
+
+def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interleaved):
     """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
 
-    For cpe._rope, which has checked the arguments and both arrays: C-contiguous,
-    float64 or float32, of the same shape ``(n, head_dim)``, not overlapping.
+    For cpe._rope, which has checked the arguments (``base`` converted once) and
+    both arrays: C-contiguous, of one dtype (float64, float32 or float16) and the
+    same shape ``(n, head_dim)``, not overlapping. float16 tables are computed
+    in float64 a block of rows at a time and rounded once; every check is made,
+    and the block allocated, before the first row is written.
     """
-    cdef Py_ssize_t n = cos.shape[0], width = cos.shape[1]
-    cdef bint single = cos.itemsize == 4
-    cdef _Encoding enc = _encoding(width, _as_base(base), 1.0, None, None, None, n != 0)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0), width = cnp.PyArray_DIM(cos, 1)
+    cdef Py_ssize_t i, rows, block
+    cdef bint half = cnp.PyArray_TYPE(cos) == cnp.NPY_FLOAT16
+    cdef bint single = cnp.PyArray_TYPE(cos) == cnp.NPY_FLOAT32
+    cdef _Encoding enc = _encoding(width, base, 1.0, None, None, None, n != 0)
     if n == 0:
         return
     cdef const double* levels
     cdef Py_ssize_t radix, n_levels
-    # alive while the kernel reads levels
-    _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
     cdef double first = float(start)
+    cdef cnp.ndarray scratch
+    cdef int status = CPE_OK
     cdef char* cos_data = _address(cos)
     cdef char* sin_data = _address(sin)
-    cdef int status
-    with nogil:
-        if single:
-            status = fill_rope_table_f32(<float*>cos_data, <float*>sin_data, first, n, width,
-                                         enc.w_hi, enc.w_lo, interleaved, levels, radix,
-                                         n_levels)
-        else:
-            status = fill_rope_table_f64(<double*>cos_data, <double*>sin_data, first, n, width,
-                                         enc.w_hi, enc.w_lo, interleaved, levels, radix,
-                                         n_levels)
-    _raise_for(status)
+    if not half:
+        # alive while the kernel reads levels
+        _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
+        with nogil:
+            status = _rope_table_kernel(cos_data, sin_data, single, first, n, enc,
+                                        interleaved, levels, radix, n_levels)
+        _raise_for(status)
+        return
+    _check_angles(enc, max(fabs(first), fabs(first + (n - 1))))
+    block = min(n, max(64, _FLOAT16_BLOCK_BYTES // (width * 8)))
+    scratch = np.empty((2, block, width), dtype=np.float64)
+    _levels_owner = _table_levels(enc, block, &levels, &radix, &n_levels)
+    cos_view, sin_view = np.asarray(cos), np.asarray(sin)  # a subclass's indexing aside
+    cdef char* scratch_cos = _address(scratch)
+    cdef char* scratch_sin = scratch_cos + block * width * 8
+    for i in range(0, n, block):
+        rows = min(block, n - i)
+        with nogil:
+            status = _rope_table_kernel(scratch_cos, scratch_sin, False, first + i, rows, enc,
+                                        interleaved, levels, radix, n_levels)
+        _raise_for(status)
+        cos_view[i:i + rows] = scratch[0, :rows]
+        sin_view[i:i + rows] = scratch[1, :rows]
 
 
 def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved,
@@ -1335,9 +1470,6 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     if n == 0:
         return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr)
-    if check_out is not None and (np.may_share_memory(pos, cos)
-                                  or np.may_share_memory(pos, sin)):
-        pos = pos.copy()  # the kernel reads positions while it writes rows
     cdef cnp.ndarray target
     cdef char* sin_data
     if dt is _FLOAT16:  # float64 rows of both tables, rounded once below

@@ -18,8 +18,8 @@ from cpe._core import (
     _check_start,
     _check_table_start,
     _fill_rope,
+    _overlap,
     _rope_positions,
-    positional_encoding_table,
 )
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -155,7 +155,7 @@ def _out_checker(out: tuple[Any, Any], sizes: str) -> Any:
 
     def check(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[Any, Any]:
         cos, sin = one(0, shape, dtype), one(1, shape, dtype)
-        if np.may_share_memory(cos, sin):  # exact for C-contiguous arrays
+        if _overlap(cos, sin):
             raise ValueError("out: its cos and sin arrays must not share memory")
         return cos, sin
 
@@ -179,24 +179,6 @@ def _renamed(exc: Exception) -> Exception:
     return exc
 
 
-def _split(table: npt.NDArray[Any], sin: npt.NDArray[Any], layout: str) -> None:
-    """Turn the kernel's ``table`` into the cos table and fill ``sin``, exactly."""
-    half = table.shape[-1] // 2
-    if layout == "sin_cos":  # the "half" RoPE layout
-        sin[..., :half] = table[..., :half]
-        sin[..., half:] = table[..., :half]
-        table[..., :half] = table[..., half:]
-    else:
-        sin[..., 0::2] = table[..., 0::2]
-        sin[..., 1::2] = table[..., 0::2]
-        table[..., 0::2] = table[..., 1::2]
-
-
-# Rows of a table made and split at a time: the copies then read and write
-# memory that is still in the cache, rather than two whole tables.
-_CHUNK_BYTES = 256 * 1024
-
-
 def _rope_table(
     n: int,
     width: int,
@@ -214,7 +196,7 @@ def _rope_table(
     # then the size.
     try:
         first = _check_table_start(start, rows)
-        _check_base(base)
+        b = _check_base(base)
     except (TypeError, ValueError) as exc:
         raise _renamed(exc) from None
     if given is not None:
@@ -226,24 +208,7 @@ def _rope_table(
     else:  # each table alone may still be representable: let the allocator say
         cos = _check_out(None, (rows, width), dtype, "n and head_dim")
         sin = _check_out(None, (rows, width), dtype, "n and head_dim")
-    if dtype != np.float16:
-        # The kernel writes both tables, a block of rows at a time.
-        _fill_rope(cos, sin, first, base, kernel_layout == "interleaved")
-        return cos, sin
-    # float16 has no kernel: float64 rows, rounded once, split block by block.
-    chunk = max(64, _CHUNK_BYTES // (width * cos.itemsize))
-    for i in range(0, rows, chunk):
-        block = cos[i : i + chunk]
-        positional_encoding_table(
-            len(block),
-            width,
-            start=first + i,
-            base=base,
-            dtype=dtype,
-            layout=kernel_layout,
-            out=block,
-        )
-        _split(block, sin[i : i + chunk], kernel_layout)
+    _fill_rope(cos, sin, first, b, kernel_layout == "interleaved")
     return cos, sin
 
 

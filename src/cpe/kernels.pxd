@@ -4,9 +4,24 @@
 Every function here is ``noexcept nogil``, takes raw pointers into buffers the
 caller owns, never allocates per element and never raises. They return a status
 code: ``CPE_OK`` (0), ``CPE_ERR_ARGUMENT`` (an argument is invalid, such as a
-non-finite position; nothing was written), ``CPE_ERR_NOMEM`` (scratch memory
-could not be allocated; nothing was written) or ``CPE_ERR_RANGE`` (some
-``|position * w_j|`` overflows a double; nothing was written).
+non-finite position, a negative count or a NULL pointer where values are to be
+read or written; nothing was written), ``CPE_ERR_NOMEM`` (scratch memory could
+not be allocated; nothing was written) or ``CPE_ERR_RANGE`` (some
+``|position * w_j|`` exceeds ``CPE_ANGLE_LIMIT`` = 2**53, beyond which the
+accuracy bound does not hold, or is NaN; nothing was written).
+``frequencies`` returns ``CPE_ERR_RANGE`` when a frequency is not finite (its
+output then holds no usable values).
+
+Preconditions the functions cannot check, on the caller:
+
+* every output pointer addresses at least the documented number of values
+  (``n * width`` for an encoding, ``n * head_dim`` for each RoPE table), suitably
+  aligned for its type; pointers may be NULL only when that number is 0;
+* ``w_hi`` and ``w_lo`` hold ``n_freq`` values made by :c:func:`frequencies`
+  (finite and monotone in ``j``: the range check reads the first and last);
+* outputs do not overlap each other, the positions or the frequencies, and no
+  other thread writes the inputs during the call (a position is read more than
+  once).
 
 The encoding (see the README for the conventions) is described by
 
@@ -80,6 +95,13 @@ cdef enum:
     CPE_ERR_ARGUMENT = -1
     CPE_ERR_NOMEM = -2
     CPE_ERR_RANGE = -3
+
+cdef extern from *:
+    """
+    #define CPE_ANGLE_LIMIT 9007199254740992.0
+    """
+    # The largest |position * frequency| accepted: 2**53.
+    const double CPE_ANGLE_LIMIT
 
 cdef enum:
     CPE_LAYOUT_INTERLEAVED = 0

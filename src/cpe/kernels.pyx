@@ -249,6 +249,8 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
         return CPE_ERR_ARGUMENT
     if not (exponent_den > 0.0 and isfinite(exponent_den)) or not isfinite(scale):
         return CPE_ERR_ARGUMENT
+    if n_freq and (w_hi == NULL or w_lo == NULL):
+        return CPE_ERR_ARGUMENT
     cdef dd step = _dd_div_d(_dd_log(base), exponent_den)
     cdef dd ratio = _dd_exp(dd(hi=-step.hi, lo=-step.lo))
     # w_{8q + r} = (scale ratio**(8q)) ratio**r: eight independent products per
@@ -273,6 +275,9 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
             w_lo[j + r] = product.lo
         w = _dd_mul(w, step8)
         j += 8
+    for j in range(n_freq):
+        if not (isfinite(w_hi[j]) and isfinite(w_lo[j])):
+            return CPE_ERR_RANGE
     return CPE_OK
 
 
@@ -549,9 +554,22 @@ cdef inline Py_ssize_t _levels_limit(Py_ssize_t radix, Py_ssize_t n_levels) noex
     return limit
 
 
+cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
+                                  Py_ssize_t n_freq) noexcept nogil:
+    """Whether every |p * w_j| is at most CPE_ANGLE_LIMIT for |p| <= largest_position.
+    The frequencies are monotone in j (as frequencies() makes them): the ends are
+    the extremes. A NaN anywhere is out of range."""
+    if n_freq == 0:
+        return True
+    return (largest_position * fabs(w_hi[0]) <= CPE_ANGLE_LIMIT
+            and largest_position * fabs(w_hi[n_freq - 1]) <= CPE_ANGLE_LIMIT)
+
+
 cdef int sincos_row(double* pair_row, double position, const double* w_hi,
                     const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
     if n_freq < 0 or not isfinite(position):
+        return CPE_ERR_ARGUMENT
+    if n_freq and (pair_row == NULL or w_hi == NULL or w_lo == NULL):
         return CPE_ERR_ARGUMENT
     _sincos_row(pair_row, position, w_hi, w_lo, n_freq)
     return CPE_OK
@@ -559,7 +577,8 @@ cdef int sincos_row(double* pair_row, double position, const double* w_hi,
 
 cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
                       const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    if _levels_limit(radix, n_levels) == 0 or n_freq < 0:
+    if _levels_limit(radix, n_levels) == 0 or n_freq < 0 or (
+            n_freq and (levels == NULL or w_hi == NULL or w_lo == NULL)):
         return CPE_ERR_ARGUMENT
     cdef Py_ssize_t d, k, step = 1
     for k in range(n_levels):
@@ -791,6 +810,8 @@ cdef int _fill_angle_sum(floating* out, Py_ssize_t width, Py_ssize_t n_freq, int
     cdef columns c
     if count < 1 or count > 64 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
+    if (width and out == NULL) or pair_rows == NULL:
+        return CPE_ERR_ARGUMENT
     if n_freq == 0:
         _store_pairs(out, NULL, &c, width)
         return CPE_OK
@@ -839,6 +860,9 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     cdef columns c
     if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
+    if n_positions and (positions == NULL or (width and out == NULL)
+                        or (n_freq and (w_hi == NULL or w_lo == NULL))):
+        return CPE_ERR_ARGUMENT
     cdef Py_ssize_t limit = _levels_limit(radix, n_levels) if levels != NULL else 0
     if levels != NULL and (limit == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
@@ -847,7 +871,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
     if levels != NULL:  # (a conditional expression would be typed void*, without const)
         middle = levels + 2 * n_freq * radix
     cdef Py_ssize_t i, d, d0, d1, d2
-    cdef double p, lowest = 0.0, highest = 0.0, largest_w = 0.0
+    cdef double p, lowest = 0.0, highest = 0.0
     cdef bint integral = True
     for i in range(n_positions):
         p = positions[i]
@@ -858,9 +882,7 @@ cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_po
             lowest = p
         if i == 0 or p > highest:
             highest = p
-    if n_freq:
-        largest_w = max(fabs(w_hi[0]), fabs(w_hi[n_freq - 1]))
-    if not isfinite(max(fabs(lowest), fabs(highest)) * largest_w):
+    if not _angles_in_range(max(fabs(lowest), fabs(highest)), w_hi, n_freq):
         return CPE_ERR_RANGE
 
     cdef digits t
@@ -974,6 +996,8 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     cdef columns c
     if n_rows < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
+    if n_rows and ((width and out == NULL) or (n_freq and (w_hi == NULL or w_lo == NULL))):
+        return CPE_ERR_ARGUMENT
     if levels != NULL and (_levels_limit(radix, n_levels) == 0 or n_levels < 2):
         return CPE_ERR_ARGUMENT
     cdef const double* low = levels
@@ -983,8 +1007,8 @@ cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
     if not (floor(start) == start and -9007199254740992.0 <= start
             and start + <double>n_rows <= 9007199254740992.0):
         return CPE_ERR_ARGUMENT
-    cdef double largest_w = max(fabs(w_hi[0]), fabs(w_hi[n_freq - 1])) if n_freq else 0.0
-    if not isfinite(max(fabs(start), fabs(start + <double>n_rows)) * largest_w):
+    if n_rows and not _angles_in_range(max(fabs(start), fabs(start + <double>(n_rows - 1))),
+                                       w_hi, n_freq):
         return CPE_ERR_RANGE
     cdef Py_ssize_t i, d0, d1, d2, row0
     if n_rows == 0 or n_freq == 0:
@@ -1124,7 +1148,7 @@ cdef inline int _fill_rope_table(floating* cos_out, floating* sin_out, double st
                                  const double* w_lo, bint interleaved, const double* levels,
                                  Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     cdef int layout = _rope_layout(head_dim, interleaved)
-    if layout < 0:
+    if layout < 0 or (n_rows and (cos_out == NULL or sin_out == NULL)):
         return CPE_ERR_ARGUMENT
     return _fill_table(cos_out, start, n_rows, head_dim, w_hi, w_lo, head_dim // 2, layout,
                        levels, radix, n_levels, sin_out)
@@ -1152,7 +1176,7 @@ cdef inline int _fill_rope_positions(floating* cos_out, floating* sin_out,
                                      const double* w_lo, bint interleaved, const double* levels,
                                      Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
     cdef int layout = _rope_layout(head_dim, interleaved)
-    if layout < 0:
+    if layout < 0 or (n_positions and (cos_out == NULL or sin_out == NULL)):
         return CPE_ERR_ARGUMENT
     return _fill_positions(cos_out, positions, n_positions, head_dim, w_hi, w_lo, head_dim // 2,
                            layout, levels, radix, n_levels, sin_out)
