@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cpe
 from call_specs import SPEC_IDS, SPECS, CallSpec, draw_call
-from contract import check_call, is_range_refusal
+from contract import ALLOWED_ERRORS, check_call, is_range_refusal
 
 _COMMON = {
     "deadline": None,
@@ -95,3 +97,57 @@ def test_one_bad_argument_is_rejected_by_name_or_handled(spec, data):
 @given(data=st.data())
 def test_arbitrary_calls_succeed_correctly_or_fail_cleanly(spec, data):
     run(spec, data, "arbitrary")
+
+
+# Functions that take an array of positions, and the argument that holds them.
+RACED = [(spec, spec.overlappable) for spec in SPECS if spec.overlappable]
+
+
+@pytest.mark.parametrize(("spec", "name"), RACED, ids=[spec.name for spec, _ in RACED])
+# Each example makes five calls of 20 000 positions or more: a quarter of the
+# profile's examples, at most 25.
+@settings(max_examples=min(25, max(1, settings().max_examples // 4)))
+@given(data=st.data())
+def test_positions_changed_during_the_call_give_a_clean_outcome(spec, name, data):
+    # A racing writer: another thread rewrites the positions (with NaN, huge
+    # values and negative ones among them) while the call runs. The result is
+    # some mix of old and new positions, or a clean error; never a crash, a
+    # non-finite value or an unexpected exception.
+    args, _, _ = draw_call(HypothesisChooser(data), spec, "valid")
+    # Enough positions that the kernel runs without the GIL, a narrow encoding.
+    count = data.draw(st.integers(20_000, 100_000), label="positions")
+    offset = data.draw(st.sampled_from([0.0, 1e5, -3e4]), label="offset")
+    positions = offset + np.arange(count, dtype=np.float64) * data.draw(
+        st.sampled_from([1.0, 0.5, 37.0])
+    )
+    args[spec.width] = data.draw(st.sampled_from([2, 8, 16, 64]), label="width")
+    values = data.draw(
+        st.lists(st.sampled_from([np.nan, np.inf, -1e300, 1e17, -5.0, 70000.0]), min_size=1)
+    )
+    args[name] = positions
+    spec.constrain(args, "valid", None)
+    args[name] = positions
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            k = i % count
+            positions[k] = values[i % len(values)]
+            positions[k] = offset + k
+            i += 7919
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(5):
+            try:
+                result = spec.call(args)
+            except ALLOWED_ERRORS:
+                continue
+            for array in spec.arrays(result):
+                assert np.isfinite(array).all()
+                assert array.shape[: positions.ndim] == positions.shape
+    finally:
+        stop.set()
+        writer.join()
