@@ -115,7 +115,8 @@ for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST
                  "src/cpe/py.typed",
                  "src/cpe/_reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",
-                 "tests/capi_signatures.json", "docs/heatmap.png"]:
+                 "tests/capi_signatures.json", "tests/cython_example/downstream.pyx",
+                 "tests/cython_example/setup.py", "docs/heatmap.png"]:
     if required not in sdist_files:
         problems.append(f"sdist: missing {required}")
 for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/kernels.pyi", "cpe/py.typed",

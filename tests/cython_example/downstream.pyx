@@ -1,0 +1,372 @@
+# cython: language_level=3
+# cython: freethreading_compatible=True
+from libc.stdlib cimport malloc, free
+
+from cpe.kernels cimport (
+    CPE_ERR_ARGUMENT,
+    CPE_ERR_NOMEM,
+    CPE_ERR_RANGE,
+    CPE_LAYOUT_COS_SIN,
+    CPE_LAYOUT_INTERLEAVED,
+    CPE_LAYOUT_SIN_COS,
+    CPE_OK,
+    digit_levels,
+    fill_angle_sum_f32,
+    fill_angle_sum_f64,
+    fill_positions_levels_f32,
+    fill_positions_levels_f64,
+    fill_rope_positions_f32,
+    fill_rope_positions_f64,
+    fill_rope_table_f32,
+    fill_rope_table_f64,
+    fill_table_levels_f32,
+    fill_table_levels_f64,
+    fill_positions_f32,
+    fill_positions_f64,
+    fill_table_f32,
+    fill_table_f64,
+    frequencies,
+    sincos_row,
+)
+
+CONSTANTS = {
+    "CPE_OK": CPE_OK,
+    "CPE_ERR_ARGUMENT": CPE_ERR_ARGUMENT,
+    "CPE_ERR_NOMEM": CPE_ERR_NOMEM,
+    "CPE_ERR_RANGE": CPE_ERR_RANGE,
+    "CPE_LAYOUT_INTERLEAVED": CPE_LAYOUT_INTERLEAVED,
+    "CPE_LAYOUT_SIN_COS": CPE_LAYOUT_SIN_COS,
+    "CPE_LAYOUT_COS_SIN": CPE_LAYOUT_COS_SIN,
+}
+
+
+cdef double* _frequencies(Py_ssize_t width, double base, int* status) noexcept nogil:
+    # w_hi in the first n_freq doubles, w_lo in the next: the paper's frequencies.
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+    if w == NULL:
+        status[0] = CPE_ERR_NOMEM
+        return NULL
+    status[0] = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
+    return w
+
+
+def table_digits(out, double start, Py_ssize_t radix, int layout=CPE_LAYOUT_INTERLEAVED):
+    """fill_table_levels_f64/_f32 with two levels made by digit_levels."""
+    cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double[:, ::1] out64
+    cdef float[:, ::1] out32
+    cdef int status
+    cdef double* w
+    cdef double* tables = <double*>malloc(sizeof(double) * 4 * n_freq * max(radix, 2))
+    if tables == NULL:
+        raise MemoryError()
+    w = _frequencies(width, 10000.0, &status)
+    if status == CPE_OK and radix >= 2:
+        status = digit_levels(tables, radix, 2, w, w + n_freq, n_freq)
+    if status == CPE_OK:
+        if out.dtype.itemsize == 8:
+            out64 = out
+            with nogil:
+                status = fill_table_levels_f64(&out64[0, 0], start, n_rows, width,
+                                               w, w + n_freq, n_freq, layout, tables,
+                                               radix, 2)
+        else:
+            out32 = out
+            with nogil:
+                status = fill_table_levels_f32(&out32[0, 0], start, n_rows, width,
+                                               w, w + n_freq, n_freq, layout, tables,
+                                               radix, 2)
+    free(w)
+    free(tables)
+    return status
+
+
+def positions_levels_f64(double[:, ::1] out, const double[::1] positions,
+                         Py_ssize_t radix, Py_ssize_t n_levels):
+    cdef Py_ssize_t width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef int status
+    cdef double* w = _frequencies(width, 10000.0, &status)
+    cdef double* tables = <double*>malloc(sizeof(double) * 2 * n_freq * radix * n_levels)
+    with nogil:
+        if status == CPE_OK:
+            status = digit_levels(tables, radix, n_levels, w, w + n_freq, n_freq)
+        if status == CPE_OK:
+            status = fill_positions_levels_f64(&out[0, 0], &positions[0], positions.shape[0],
+                                               width, w, w + n_freq, n_freq,
+                                               CPE_LAYOUT_INTERLEAVED,
+                                               tables, radix, n_levels)
+    free(w)
+    free(tables)
+    return status
+
+
+# The example of the README's section "Using cpe from Cython", verbatim.
+def encoding_table(float[:, ::1] out, Py_ssize_t start=0, double base=10000.0):
+    """Fill ``out[i]`` with the encoding of position ``start + i``; return ``out``."""
+    cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double* w
+    cdef int status = CPE_OK
+    if n_rows == 0 or width == 0:
+        return out.base
+    w = <double*>malloc(2 * n_freq * sizeof(double))
+    if w == NULL:
+        raise MemoryError()
+    with nogil:
+        status = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
+        if status == CPE_OK:
+            status = fill_table_f32(&out[0, 0], <double>start, n_rows, width,
+                                    w, w + n_freq, n_freq, CPE_LAYOUT_INTERLEAVED)
+    free(w)
+    if status != CPE_OK:
+        raise ValueError(f"cpe rejected the arguments (status {status})")
+    return out.base
+
+
+def table_f64(double[:, ::1] out, double start, int layout, double base=10000.0):
+    cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef int status
+    cdef double* w
+    with nogil:
+        w = _frequencies(width, base, &status)
+        if status == CPE_OK:
+            status = fill_table_f64(&out[0, 0], start, n_rows, width,
+                                    w, w + n_freq, n_freq, layout)
+        free(w)
+    return status
+
+
+def table_f32(float[:, ::1] out, double start, int layout, double base=10000.0):
+    cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef int status
+    cdef double* w
+    with nogil:
+        w = _frequencies(width, base, &status)
+        if status == CPE_OK:
+            status = fill_table_f32(&out[0, 0], start, n_rows, width,
+                                    w, w + n_freq, n_freq, layout)
+        free(w)
+    return status
+
+
+def positions_f64(double[:, ::1] out, const double[::1] positions, int layout):
+    cdef Py_ssize_t width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef int status
+    cdef double* w
+    with nogil:
+        w = _frequencies(width, 10000.0, &status)
+        if status == CPE_OK:
+            status = fill_positions_f64(&out[0, 0], &positions[0], positions.shape[0],
+                                        width, w, w + n_freq, n_freq, layout)
+        free(w)
+    return status
+
+
+def positions_f32(float[:, ::1] out, const double[::1] positions, int layout):
+    cdef Py_ssize_t width = out.shape[1]
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef int status
+    cdef double* w
+    with nogil:
+        w = _frequencies(width, 10000.0, &status)
+        if status == CPE_OK:
+            status = fill_positions_f32(&out[0, 0], &positions[0], positions.shape[0],
+                                        width, w, w + n_freq, n_freq, layout)
+        free(w)
+    return status
+
+
+def table_with_n_freq(double[:, ::1] out, Py_ssize_t n_freq):
+    # Calls the kernel with a caller-chosen n_freq, to see it refuse bad ones.
+    cdef double w[64]
+    cdef int status
+    with nogil:
+        status = frequencies(w, w + 32, 32, 10000.0, 16.0, 1.0)
+        if status == CPE_OK:
+            status = fill_table_f64(&out[0, 0], 0.0, out.shape[0], out.shape[1],
+                                    w, w + 32, n_freq, CPE_LAYOUT_INTERLEAVED)
+    return status
+
+
+def rope_tables(cos, sin, double start, double base, bint interleaved):
+    """fill_rope_table_f64/_f32 on the caller's (n, head_dim) arrays, no levels."""
+    cdef double[:, ::1] cos64, sin64
+    cdef float[:, ::1] cos32, sin32
+    cdef Py_ssize_t n_rows = cos.shape[0], head_dim = cos.shape[1]
+    cdef Py_ssize_t n_freq = head_dim // 2
+    cdef int status = CPE_OK
+    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+    if w == NULL:
+        raise MemoryError()
+    status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
+    if status == CPE_OK and cos.dtype.itemsize == 8:
+        cos64, sin64 = cos, sin
+        with nogil:
+            status = fill_rope_table_f64(&cos64[0, 0], &sin64[0, 0], start, n_rows,
+                                         head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+    elif status == CPE_OK:
+        cos32, sin32 = cos, sin
+        with nogil:
+            status = fill_rope_table_f32(&cos32[0, 0], &sin32[0, 0], start, n_rows,
+                                         head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+    free(w)
+    return status
+
+
+def rope_positions(cos, sin, const double[::1] positions, double base, bint interleaved,
+                   bint with_levels):
+    """fill_rope_positions_f64/_f32 on the caller's (n, head_dim) arrays, with
+    the caller's four levels of radix 16 or none."""
+    cdef double[:, ::1] cos64, sin64
+    cdef float[:, ::1] cos32, sin32
+    cdef Py_ssize_t n = positions.shape[0], head_dim = cos.shape[1]
+    cdef Py_ssize_t n_freq = head_dim // 2
+    cdef int status = CPE_OK
+    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq * (1 + 64))
+    if w == NULL:
+        raise MemoryError()
+    cdef double* levels = w + 2 * n_freq if with_levels else NULL
+    status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
+    if status == CPE_OK and with_levels:
+        status = digit_levels(levels, 16, 4, w, w + n_freq, n_freq)
+    if status == CPE_OK and cos.dtype.itemsize == 8:
+        cos64, sin64 = cos, sin
+        with nogil:
+            status = fill_rope_positions_f64(&cos64[0, 0], &sin64[0, 0], &positions[0], n,
+                                             head_dim, w, w + n_freq, interleaved, levels,
+                                             16, 4)
+    elif status == CPE_OK:
+        cos32, sin32 = cos, sin
+        with nogil:
+            status = fill_rope_positions_f32(&cos32[0, 0], &sin32[0, 0], &positions[0], n,
+                                             head_dim, w, w + n_freq, interleaved, levels,
+                                             16, 4)
+    free(w)
+    return status
+
+
+def frequencies_status(Py_ssize_t n_freq, double base, double exponent_den):
+    cdef double w[8]
+    cdef int status
+    with nogil:
+        status = frequencies(w, w + 4, n_freq, base, exponent_den, 1.0)
+    return status
+
+
+def statuses(bint null_out, bint null_second, double position, double scale,
+             bint nan_frequency):
+    """The status of every fill function for 3 rows of width 8 (4 frequencies),
+    at ``position`` (a table starting there, or 3 positions equal to it), with
+    the frequencies of base 10000 times ``scale`` (NaN in the middle with
+    ``nan_frequency``) and, if asked, a NULL first or second output."""
+    cdef double w[8]
+    cdef double out64[24]
+    cdef double sin64[24]
+    cdef float out32[24]
+    cdef float sin32[24]
+    cdef double levels[2 * 4 * 16 * 2]
+    cdef double positions[3]
+    cdef const double* rows[1]
+    cdef int status = frequencies(w, w + 4, 4, 10000.0, 4.0, scale)
+    if nan_frequency:
+        w[3] = float("nan")
+    positions[0] = positions[1] = positions[2] = position
+    cdef double* o64 = NULL if null_out else out64
+    cdef float* o32 = NULL if null_out else out32
+    cdef double* s64 = NULL if null_second else sin64
+    cdef float* s32 = NULL if null_second else sin32
+    digit_levels(levels, 16, 2, w, w + 4, 4)
+    rows[0] = levels
+    result = {"frequencies": status}
+    with nogil:
+        status = fill_table_f64(o64, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+    result["fill_table_f64"] = status
+    with nogil:
+        status = fill_table_f32(o32, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+    result["fill_table_f32"] = status
+    with nogil:
+        status = fill_positions_f64(o64, positions, 3, 8, w, w + 4, 4,
+                                    CPE_LAYOUT_INTERLEAVED)
+    result["fill_positions_f64"] = status
+    with nogil:
+        status = fill_positions_f32(o32, positions, 3, 8, w, w + 4, 4,
+                                    CPE_LAYOUT_INTERLEAVED)
+    result["fill_positions_f32"] = status
+    with nogil:
+        status = fill_table_levels_f64(o64, position, 3, 8, w, w + 4, 4,
+                                       CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+    result["fill_table_levels_f64"] = status
+    with nogil:
+        status = fill_table_levels_f32(o32, position, 3, 8, w, w + 4, 4,
+                                       CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+    result["fill_table_levels_f32"] = status
+    with nogil:
+        status = fill_positions_levels_f64(o64, positions, 3, 8, w, w + 4, 4,
+                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+    result["fill_positions_levels_f64"] = status
+    with nogil:
+        status = fill_positions_levels_f32(o32, positions, 3, 8, w, w + 4, 4,
+                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
+    result["fill_positions_levels_f32"] = status
+    with nogil:
+        status = fill_rope_table_f64(o64, s64, position, 3, 8, w, w + 4, False,
+                                     NULL, 0, 0)
+    result["fill_rope_table_f64"] = status
+    with nogil:
+        status = fill_rope_table_f32(o32, s32, position, 3, 8, w, w + 4, False,
+                                     NULL, 0, 0)
+    result["fill_rope_table_f32"] = status
+    with nogil:
+        status = fill_rope_positions_f64(o64, s64, positions, 3, 8, w, w + 4, False,
+                                         NULL, 0, 0)
+    result["fill_rope_positions_f64"] = status
+    with nogil:
+        status = fill_rope_positions_f32(o32, s32, positions, 3, 8, w, w + 4, False,
+                                         NULL, 0, 0)
+    result["fill_rope_positions_f32"] = status
+    with nogil:
+        status = fill_angle_sum_f64(o64, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
+    result["fill_angle_sum_f64"] = status
+    with nogil:
+        status = fill_angle_sum_f32(o32, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
+    result["fill_angle_sum_f32"] = status
+    with nogil:
+        status = sincos_row(o64, position, w, w + 4, 4)
+    result["sincos_row"] = status
+    with nogil:
+        status = digit_levels(o64, 2, 1, w, w + 4, 4)
+    result["digit_levels"] = status
+    return result
+
+
+def table_of_width(Py_ssize_t width):
+    """fill_table_f64 of 2 rows at start 10**6 into a new buffer, with its own
+    frequencies: made before the call, so that only the kernel's scratch memory
+    is allocated during it."""
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+    cdef double* out = <double*>malloc(sizeof(double) * 2 * width)
+    cdef int status = CPE_ERR_NOMEM
+    if w != NULL and out != NULL:
+        for i in range(2 * width):
+            out[i] = 0.0  # mapped before the call
+        status = frequencies(w, w + n_freq, n_freq, 10000.0, width / 2.0, 1.0)
+    return <size_t>w, <size_t>out, status
+
+
+def table_status(size_t w_address, size_t out_address, Py_ssize_t width):
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    cdef double* w = <double*>w_address
+    cdef int status
+    with nogil:
+        status = fill_table_f64(<double*>out_address, 1e6, 2, width, w, w + n_freq, n_freq,
+                                CPE_LAYOUT_INTERLEAVED)
+    free(w)
+    free(<double*>out_address)
+    return status
