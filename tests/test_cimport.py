@@ -90,6 +90,7 @@ def test_enum_values_compiled_into_downstream_code(downstream: ModuleType) -> No
         "CPE_ERR_ARGUMENT": -1,
         "CPE_ERR_NOMEM": -2,
         "CPE_ERR_RANGE": -3,
+        "CPE_ANGLE_LIMIT": 2.0**53,
         "CPE_LAYOUT_INTERLEAVED": 0,
         "CPE_LAYOUT_SIN_COS": 1,
         "CPE_LAYOUT_COS_SIN": 2,

@@ -99,6 +99,32 @@ rejected(lambda: {call}, out)
     )
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        "cpe.positional_encoding(3.5, 4096, dtype=np.float16, out=out)",
+        "cpe.positional_encoding(np.arange(2), 2048, dtype=np.float16, out=out)",
+        "cpe.positional_encoding_table(2, 2048, dtype=np.float16, out=out)",
+        "cpe.positional_encoding_table(2, 2048, out=out)",
+    ],
+)
+def test_an_out_of_the_right_size_that_claims_a_smaller_shape_is_filled_safely(call):
+    # The buffer is right and the claim is a lie: the output is computed for
+    # NumPy's own shape (a float16 output's float64 scratch included).
+    run_child(
+        LIARS
+        + f"""
+dtype = np.float16 if "float16" in {call!r} else np.float64
+real = np.full((4096,) if "3.5" in {call!r} else (2, 2048), 7, dtype)
+out = liar(LyingShape, real, (1,))
+result = {call}
+assert result is out
+expected = {call.replace(", out=out", "")}
+assert np.array_equal(np.asarray(out), expected)
+"""
+    )
+
+
 def test_a_one_position_out_that_lies_about_its_shape_is_rejected():
     run_child(
         LIARS
@@ -300,14 +326,34 @@ class MaskedInside:
         [[0.5, 1.5], memoryview(np.array([2**53 + 1, 3]))],
         [MaskedInside(), [1.0, 2.0]],
         [bytearray(b"ab"), [1, 2]],
+        [range(2), memoryview(np.array([True, False]))],
     ],
-    ids=["memoryview-big-int", "memoryview-bool", "second-memoryview", "array-masked", "bytes"],
+    ids=[
+        "memoryview-big-int",
+        "memoryview-bool",
+        "second-memoryview",
+        "array-masked",
+        "bytes",
+        "after-a-range",
+    ],
 )
 def test_buffer_like_elements_of_a_list_are_refused(position):
     with pytest.raises(TypeError, match="position"):
         cpe.positional_encoding(position, 4)
     with pytest.raises(TypeError, match="position"):
         cpe.rope_cos_sin(position, 4)
+
+
+def test_other_sequences_in_a_list_are_read_and_checked():
+    from collections import deque
+
+    expected = cpe.positional_encoding([[0, 1, 2], [0, 1, 2]], 4)
+    np.testing.assert_array_equal(cpe.positional_encoding([range(3), range(3)], 4), expected)
+    np.testing.assert_array_equal(cpe.positional_encoding([deque([0, 1, 2])], 4), expected[:1])
+    with pytest.raises(TypeError, match="bool"):
+        cpe.positional_encoding([deque([True, 2])], 4)
+    with pytest.raises(TypeError, match="dtype complex"):  # not "convert it": it is no array
+        cpe.positional_encoding([1 + 2j], 4)
 
 
 # ---- no warning escapes ----

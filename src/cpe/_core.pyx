@@ -9,10 +9,12 @@ import operator
 import sys
 import threading
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
 cimport numpy as cnp
+from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport fabs, isfinite
@@ -220,7 +222,8 @@ cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
     """Bools in a list or tuple of positions, which numpy.asarray would turn into
     0/1 without a word, and masked arrays (their masks would be dropped); with
     ``to_float`` (asarray made floats), integers beyond 2**53, which it rounded.
-    Elements other than numbers, lists, tuples and arrays are refused. The usual
+    Other objects that NumPy reads as arrays (buffers, ``__array__``) are refused,
+    other sequences are checked as lists are. The usual
     element types are recognized by identity, cheaply beside the conversion."""
     cdef int overflow = 0
     cdef long long value
@@ -254,14 +257,26 @@ cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
                     abs(int(item)) > _EXACT_INTEGER_LIMIT if item.ndim == 0 else
                     item.max() > _EXACT_INTEGER_LIMIT or item.min() < -_EXACT_INTEGER_LIMIT):
                 raise ValueError("position must be integers of magnitude <= 2**53")
-        else:
-            # Buffers and objects with __array__ would be converted unchecked
-            # (their bools, their integers beyond 2**53, their masks).
+        elif _array_like(item):
+            # Converted by NumPy unchecked (their bools, their integers beyond
+            # 2**53, their masks): refused.
             raise TypeError(
                 "position must be real numbers: a list or tuple of positions may hold "
-                f"numbers, lists, tuples and NumPy arrays, got {kind.__name__} (convert "
-                "it with numpy.asarray first)")
+                f"numbers, sequences and NumPy arrays, got {kind.__name__} (convert it "
+                "with numpy.asarray first)")
+        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+            _check_sequence(item, depth + 1, to_float)  # range, deque, ...
+        # Anything else (None, str, complex) makes an array that the dtype check refuses.
     return 0
+
+
+cdef bint _array_like(item):
+    """Whether NumPy would read ``item`` as an array of its own: a buffer, or an
+    object with ``__array__`` or an array interface."""
+    if isinstance(item, np.generic):  # a NumPy scalar: its dtype is checked as any
+        return False
+    return (PyObject_CheckBuffer(item) or hasattr(item, "__array__")
+            or hasattr(item, "__array_interface__") or hasattr(item, "__array_struct__"))
 
 
 cdef object _reject_masked(position):
@@ -874,8 +889,7 @@ cdef int _raise_for(int status) except -1:
     if status == CPE_ERR_RANGE:
         raise ValueError(
             "position * frequency must be at most 2**53 in magnitude (the range in which "
-            "cpe's accuracy bound holds): the positions (position, or start and n), scale "
-            "or base are too large")
+            "cpe's accuracy bound holds): the positions are too large for these frequencies")
     if status == CPE_ERR_ARGUMENT:
         raise ValueError("position must be finite (no NaN or infinity)")
     if status != CPE_OK:
@@ -886,7 +900,7 @@ cdef int _raise_for(int status) except -1:
 cdef object _kernel_target(result, dt):
     # float16 has no C type: compute in float64 and round once on the way out.
     if dt is _FLOAT16:
-        return np.empty(result.shape, dtype=np.float64)
+        return np.empty(_dims(result), dtype=np.float64)  # NumPy's shape, not a subclass's
     return result
 
 
@@ -1174,7 +1188,7 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         if pos.size:
             _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), pos.size, enc)
     if target is not result:
-        result[...] = target
+        np.asarray(result)[...] = target
     return result
 
 
@@ -1249,7 +1263,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     target = _kernel_target(result, dt)
     _fill_table(target, dt is _FLOAT32, float(first), rows, enc)
     if target is not result:
-        result[...] = target
+        np.asarray(result)[...] = target
     return result
 
 
