@@ -883,6 +883,15 @@ def _cache_snapshot():
 
 # ---- running the kernels ----
 
+cdef inline bint _angles_fit(_Encoding enc, double largest_position) noexcept:
+    """The kernels' range check: every |p * w_j| within CPE_ANGLE_LIMIT for
+    |p| <= largest_position (the frequencies are monotone: the ends are the
+    extremes; NaN fails)."""
+    cdef Py_ssize_t last = enc.n_freq - 1
+    return enc.n_freq == 0 or (largest_position * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
+                               and largest_position * fabs(enc.w_hi[last]) <= CPE_ANGLE_LIMIT)
+
+
 cdef int _raise_for(int status) except -1:
     if status == CPE_ERR_NOMEM:
         raise MemoryError("cpe: could not allocate scratch memory")
@@ -932,8 +941,7 @@ cdef bint _single_position(char* data, bint single, double p, _Encoding enc) exc
             or _level_bytes(n_freq) > _DIGIT_BUDGET // 2):
         return False
     # The kernel's own range check (it raises there); the digit rows are then finite.
-    if not (fabs(p) * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
-            and fabs(p) * fabs(enc.w_hi[n_freq - 1]) <= CPE_ANGLE_LIMIT):
+    if not _angles_fit(enc, fabs(p)):
         return False
     cdef Py_ssize_t radix = _digit_radix(n_freq)
     # The level rows of p's digits, lowest level first (p was checked above).
@@ -1387,9 +1395,7 @@ cdef Py_ssize_t _FLOAT16_BLOCK_BYTES = 256 * 1024
 
 cdef int _check_angles(_Encoding enc, double largest_position) except -1:
     """The kernels' range check, for requests whose parts are computed apart."""
-    cdef Py_ssize_t last = enc.n_freq - 1
-    if enc.n_freq and not (largest_position * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
-                           and largest_position * fabs(enc.w_hi[last]) <= CPE_ANGLE_LIMIT):
+    if not _angles_fit(enc, largest_position):
         _raise_for(CPE_ERR_RANGE)
     return 0
 
