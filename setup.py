@@ -44,19 +44,20 @@ class BuildExt(build_ext):
 
 extensions = [
     # cpe_rows.h: the vectorized sine/cosine row loop (C, header only);
-    # cpe_memory.h: whether memory is mapped yet (both modules).
+    # cpe_memory.h: whether memory is mapped yet (both modules); cpe_fill.h: the
+    # digit levels and the fill loop's capsule, which both modules share.
     Extension(
         "cpe.kernels",
         ["src/cpe/kernels.pyx"],
         include_dirs=["src/cpe"],
-        depends=["src/cpe/cpe_rows.h", "src/cpe/cpe_memory.h"],
+        depends=["src/cpe/cpe_rows.h", "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h"],
     ),
     # _core allocates arrays and reads their data through NumPy's C API.
     Extension(
         "cpe._core",
         ["src/cpe/_core.pyx"],
         include_dirs=[np.get_include(), "src/cpe"],
-        depends=["src/cpe/cpe_memory.h"],
+        depends=["src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
 ]

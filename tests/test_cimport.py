@@ -102,17 +102,10 @@ FILLS = (
     "fill_table_f32",
     "fill_positions_f64",
     "fill_positions_f32",
-    "fill_table_levels_f64",
-    "fill_table_levels_f32",
-    "fill_positions_levels_f64",
-    "fill_positions_levels_f32",
-    "fill_rope_table_f64",
-    "fill_rope_table_f32",
-    "fill_rope_positions_f64",
-    "fill_rope_positions_f32",
+    "fill_rope_f64",
+    "fill_rope_f32",
 )
 ROPE = tuple(name for name in FILLS if "rope" in name)
-OTHERS = ("fill_angle_sum_f64", "fill_angle_sum_f32", "sincos_row", "digit_levels")
 
 
 def _statuses(
@@ -129,13 +122,13 @@ def _statuses(
 
 def test_every_function_returns_ok_for_valid_arguments(downstream: ModuleType) -> None:
     statuses = _statuses(downstream)
-    assert set(statuses) == {"frequencies", *FILLS, *OTHERS}
+    assert set(statuses) == {"frequencies", *FILLS}
     assert statuses == dict.fromkeys(statuses, 0)
 
 
 def test_null_outputs_are_refused(downstream: ModuleType) -> None:
     statuses = _statuses(downstream, null_out=True)
-    assert statuses == {"frequencies": 0, **dict.fromkeys((*FILLS, *OTHERS), -1)}
+    assert statuses == {"frequencies": 0, **dict.fromkeys(FILLS, -1)}
     # RoPE's sin table alone: once it was written as [sin | cos] into the cos table.
     statuses = _statuses(downstream, null_second=True)
     assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(ROPE, -1)}
@@ -143,14 +136,11 @@ def test_null_outputs_are_refused(downstream: ModuleType) -> None:
 
 def test_non_finite_positions_are_refused(downstream: ModuleType) -> None:
     statuses = _statuses(downstream, position=math.nan)
-    # The angle sums and digit levels take no position.
-    expected = {"frequencies": 0, "fill_angle_sum_f64": 0, "fill_angle_sum_f32": 0}
-    assert statuses == {**dict.fromkeys(statuses, -1), **expected, "digit_levels": 0}
+    assert statuses == {"frequencies": 0, **dict.fromkeys(FILLS, -1)}
 
 
 def test_angles_beyond_2_53_are_a_range_error(downstream: ModuleType) -> None:
-    # 2**52 rows times a frequency of 4; sincos_row (the rows of the levels) has
-    # no range check, as documented.
+    # 2**52 rows times a frequency of 4.
     statuses = _statuses(downstream, position=2.0**52, scale=4.0)
     assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
     # Rows up to 2**51 (a table of 3 from 2**51 - 2): angles up to 2**53, accepted.
@@ -159,7 +149,7 @@ def test_angles_beyond_2_53_are_a_range_error(downstream: ModuleType) -> None:
 
 
 def test_a_nan_frequency_is_a_range_error(downstream: ModuleType) -> None:
-    # (The last: the range check reads the ends of the monotone frequencies.)
+    # (In the middle: the range check reads every frequency.)
     statuses = _statuses(downstream, nan_frequency=True)
     assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
 
@@ -210,18 +200,16 @@ def test_table_kernel_matches_the_python_api(
     out = np.full((n, D), np.nan)
     status = downstream.table_f64(out, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"])
     assert status == 0
-    # The Python layer may use cached digit tables, the bare kernel makes its
-    # own: both are within 1e-15 of the exact value, not always the same bits.
-    np.testing.assert_allclose(
-        out, cpe.positional_encoding_table(n, D, start=start), rtol=0, atol=2e-15
-    )
+    # The bare kernel makes its own digit rows, the Python layer keeps them:
+    # the same bits.
+    np.testing.assert_array_equal(out, cpe.positional_encoding_table(n, D, start=start))
     out32 = np.full((n, D), np.nan, dtype=np.float32)
     status = downstream.table_f32(
         out32, float(start), downstream.CONSTANTS["CPE_LAYOUT_INTERLEAVED"]
     )
     assert status == 0
-    np.testing.assert_allclose(
-        out32, cpe.positional_encoding_table(n, D, start=start, dtype=np.float32), rtol=0, atol=6e-8
+    np.testing.assert_array_equal(
+        out32, cpe.positional_encoding_table(n, D, start=start, dtype=np.float32)
     )
 
 
@@ -229,9 +217,8 @@ def test_the_documented_example(downstream: ModuleType) -> None:
     out = np.empty((2048, 512), dtype=np.float32)
     assert downstream.encoding_table(out, start=10) is out
     expected = cpe.positional_encoding_table(2048, 512, start=10, dtype=np.float32)
-    # As documented: within float32 rounding of the Python API (which may take
-    # another, equally accurate, decomposition of the positions).
-    np.testing.assert_allclose(out, expected, rtol=0, atol=6e-8)
+    # As documented: the bits of the Python API.
+    np.testing.assert_array_equal(out, expected)
     empty = np.empty((0, 4), dtype=np.float32)
     assert downstream.encoding_table(empty) is empty
     with pytest.raises(ValueError, match="status -1"):
@@ -253,12 +240,10 @@ def test_positions_kernel_matches_the_python_api(downstream: ModuleType) -> None
     positions = np.array([0.0, 1.5, -7.25, 1e4, 123456.0, -0.001])
     out = np.full((positions.size, 11), np.nan)
     assert downstream.positions_f64(out, positions, 0) == 0
-    np.testing.assert_allclose(out, cpe.positional_encoding(positions, 11), rtol=0, atol=2e-15)
+    np.testing.assert_array_equal(out, cpe.positional_encoding(positions, 11))
     out32 = np.full((positions.size, 11), np.nan, dtype=np.float32)
     assert downstream.positions_f32(out32, positions, 0) == 0
-    np.testing.assert_allclose(
-        out32, cpe.positional_encoding(positions, 11, dtype=np.float32), rtol=0, atol=6e-8
-    )
+    np.testing.assert_array_equal(out32, cpe.positional_encoding(positions, 11, dtype=np.float32))
 
 
 @pytest.mark.parametrize("D", [8, 9])
@@ -301,40 +286,6 @@ def test_kernels_reject_bad_arguments_and_write_nothing(downstream: ModuleType) 
     assert downstream.frequencies_status(4, 10000.0, 4.0) == 0
 
 
-@pytest.mark.parametrize("radix", [2, 16, 37])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_digit_table_kernels(downstream: ModuleType, radix: int, dtype: type) -> None:
-    n, D, start = 1500, 12, 10**6 - 1500
-    out = np.full((n, D), np.nan, dtype=dtype)
-    assert downstream.table_digits(out, float(start), radix) == 0
-    expected = cpe.positional_encoding_table(n, D, start=start, dtype=dtype)
-    np.testing.assert_allclose(out, expected, rtol=0, atol=2e-15 if dtype == np.float64 else 6e-8)
-    row = 777
-    angle = (start + row) * 10000.0 ** (-2 * 3 / D)
-    # A direct check, independent of cpe. float(): under NumPy 2 a float32 scalar
-    # minus a Python float is computed in float32, which would round sin first.
-    bound = 1e-9 if dtype == np.float64 else 3e-8
-    assert abs(float(out[row, 6]) - math.sin(angle)) < bound
-
-
-@pytest.mark.parametrize(("radix", "n_levels"), [(16, 4), (10, 3), (2, 12)])
-def test_positions_levels_kernel(downstream: ModuleType, radix: int, n_levels: int) -> None:
-    # Positions within the levels (no libm call), then beyond them (span digits).
-    inside = np.arange(4000, 0, -3, dtype=np.float64)
-    beyond = np.arange(10.0**6, 10.0**6 - 500, -1)
-    for positions in (inside, beyond):
-        out = np.full((positions.size, 10), np.nan)
-        assert downstream.positions_levels_f64(out, positions, radix, n_levels) == 0
-        expected = cpe.positional_encoding(positions, 10)
-        np.testing.assert_allclose(out, expected, rtol=0, atol=2e-15)
-
-
-def test_digit_kernels_reject_a_bad_radix_and_write_nothing(downstream: ModuleType) -> None:
-    out = np.full((40, 8), 7.0)
-    assert downstream.table_digits(out, 0.0, 1) == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
-    np.testing.assert_array_equal(out, 7.0)
-
-
 def _offset_table(shape: tuple[int, int], dtype: type, offset: int) -> np.ndarray:
     """A C-contiguous array ``offset`` bytes past a 64-byte line, filled with NaN."""
     itemsize = np.dtype(dtype).itemsize
@@ -371,56 +322,50 @@ def test_rope_kernel_on_the_callers_buffers(
     start = 10**6 - n
     cos = _offset_table((n, head_dim), dtype, offsets[0])
     sin = _offset_table((n, head_dim), dtype, offsets[1])
-    assert downstream.rope_tables(cos, sin, float(start), 500000.0, interleaved) == 0
+    assert downstream.rope_tables(cos, sin, None, float(start), 500000.0, interleaved) == 0
     layout = "interleaved" if interleaved else "half"
     expected = cpe.rope_cos_sin(n, head_dim, base=500000.0, start=start, dtype=dtype, layout=layout)
-    # The bare kernel makes its own digit rows, the Python layer may use cached
-    # ones: both are within the bounds, not always the same bits.
-    atol = 2e-15 if dtype == np.float64 else 6e-8
-    np.testing.assert_allclose(cos, expected[0], rtol=0, atol=atol)
-    np.testing.assert_allclose(sin, expected[1], rtol=0, atol=atol)
+    np.testing.assert_array_equal(cos, expected[0])
+    np.testing.assert_array_equal(sin, expected[1])
 
 
 @pytest.mark.parametrize(
     "positions",
     [
-        np.array([0.0, 5.0, -3.0, 65535.0, 1234.0]),  # digits (with levels), negated sines
-        np.arange(-1000.0, 1000.0),  # a dense span: digit tables without levels
-        np.arange(69000.0, 71000.0),  # beyond the levels: digit tables (their low rows)
-        np.array([1e6 + 0.5, -(2.0**40), 7.25]),  # a row of sines and cosines each
+        np.array([0.0, 5.0, -3.0, 65535.0, 1234.0]),  # digits, negated sines
+        np.arange(-1000.0, 1000.0),  # a dense span
+        np.arange(69000.0, 71000.0),  # beyond the levels: a high part
+        np.array([1e6 + 0.5, -(2.0**40), 7.25]),  # real positions: rows made directly
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("with_levels", [False, True])
 def test_rope_positions_kernel_on_the_callers_buffers(
     downstream: ModuleType,
     positions: np.ndarray,
     dtype: type,
     interleaved: bool,
-    with_levels: bool,
 ) -> None:
     n, head_dim = len(positions), 12
     # Rows off 16-byte boundaries (element-aligned, as C requires)
     item = np.dtype(dtype).itemsize
     cos = _offset_table((n, head_dim), dtype, item)
     sin = _offset_table((n, head_dim), dtype, 3 * item)
-    status = downstream.rope_positions(cos, sin, positions, 500000.0, interleaved, with_levels)
+    status = downstream.rope_tables(cos, sin, positions, 0.0, 500000.0, interleaved)
     assert status == 0
     layout = "interleaved" if interleaved else "half"
     expected = cpe.rope_cos_sin(positions, head_dim, base=500000.0, dtype=dtype, layout=layout)
-    atol = 1e-15 * max(1.0, np.abs(positions).max()) if dtype == np.float64 else 6e-8
-    np.testing.assert_allclose(cos, expected[0], rtol=0, atol=atol)
-    np.testing.assert_allclose(sin, expected[1], rtol=0, atol=atol)
+    np.testing.assert_array_equal(cos, expected[0])
+    np.testing.assert_array_equal(sin, expected[1])
 
 
 def test_rope_positions_kernel_rejects_before_writing(downstream: ModuleType) -> None:
     cos, sin = np.full((2, 4), 7.0), np.full((2, 4), 7.0)
     for positions in (np.array([1.0, np.nan]), np.array([np.inf, 1.0])):
-        status = downstream.rope_positions(cos, sin, positions, 10000.0, False, False)
+        status = downstream.rope_tables(cos, sin, positions, 0.0, 10000.0, False)
         assert status == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
     odd_cos, odd_sin = np.full((2, 5), 7.0), np.full((2, 5), 7.0)  # head_dim must be even
-    status = downstream.rope_positions(odd_cos, odd_sin, np.zeros(2), 10000.0, False, False)
+    status = downstream.rope_tables(odd_cos, odd_sin, np.zeros(2), 0.0, 10000.0, False)
     assert status == downstream.CONSTANTS["CPE_ERR_ARGUMENT"]
     for array in (cos, sin, odd_cos, odd_sin):
         assert (array == 7.0).all()

@@ -18,7 +18,6 @@ from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport fabs, isfinite
-from libc.string cimport memset
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -28,20 +27,19 @@ from cpe.kernels cimport (
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_OK,
-    digit_levels,
-    fill_angle_sum_f32,
-    fill_angle_sum_f64,
-    fill_positions_levels_f32,
-    fill_positions_levels_f64,
-    fill_rope_positions_f32,
-    fill_rope_positions_f64,
-    fill_rope_table_f32,
-    fill_rope_table_f64,
-    fill_table_levels_f32,
-    fill_table_levels_f64,
     frequencies,
-    sincos_row,
 )
+from cpe._fill cimport (
+    CPE_FILL_CAPSULE,
+    CPE_LAYOUT_ROPE_HALF,
+    CPE_LAYOUT_ROPE_INTERLEAVED,
+    cpe_fill_api,
+    cpe_level_shape,
+    cpe_levels,
+)
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+from cpe import kernels as _kernels
 
 cdef extern from "cpe_memory.h":
     int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
@@ -74,55 +72,20 @@ _MAX_NDIM = _max_ndim()
 # Bytes kept between calls by the frequency cache (each entry counted with its
 # objects, not its frequencies alone: see _footprint).
 cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
-# Digit levels (see kernels.pxd) kept between calls, at most _DIGIT_BUDGET bytes
-# in all and half of it per encoding. An integer position 0 <= p < 65536 is
-# written with n_levels digits in base radix, and its pair row is the product of
-# one level row per non-zero digit. The shape depends on the number of frequencies:
-#   - up to 64 (D <= 128 in the paper's layout): two levels of 256 rows, one
-#     product per position, from at most 512 KiB of rows (they stay in a 1 MiB L2
-#     cache);
-#   - up to 1024 (D <= 2048): four levels of 32 rows, two products for p < 32768.
-#     A position below 8192 reads 72 distinct rows (288 KiB at D = 512), and
-#     single vectors were 10-15% faster than with 16 rows at D = 512 to 2048;
-#   - wider: four levels of 16 rows (up to three products), which fit the budget.
-# Fewer, larger levels (two of 256 rows or three of 64 at D = 512) were tried:
-# their rows no longer stayed in L2 and calls became erratic (up to 4x slower in
-# some processes). Either way no position in [0, 65536) calls the sine/cosine row
-# loop, and a table calls it once per radix**2 rows. Rows are made when a request
-# first needs them (see _Levels). Which path a request takes depends on the
-# request and the width alone, never on what the cache holds, and a row is the
-# same whoever made it, so the same call always gives the same bits.
-cdef double _DIGIT_LIMIT = 65536.0  # at most radix ** n_levels for every shape
-cdef Py_ssize_t _DIGIT_BUDGET = 4 * 1024 * 1024
-cdef Py_ssize_t _DIGITS_AT_ONCE = 64
-cdef Py_ssize_t _MAX_LEVEL_ROWS = 512  # the most rows of any shape
-
-
-cdef inline Py_ssize_t _digit_radix(Py_ssize_t n_freq) noexcept nogil:
-    """256 for two levels of 256 rows (up to 64 frequencies), 32 for four levels of
-    32 (up to 1024), else 16 for four of 16."""
-    if n_freq <= 64:
-        return 256
-    return 32 if n_freq <= 1024 else 16
-
-
-cdef inline Py_ssize_t _digit_count(Py_ssize_t radix) noexcept nogil:
-    return 2 if radix == 256 else 4
-
-
-cdef inline int _digit_shift(Py_ssize_t radix) noexcept nogil:
-    return 8 if radix == 256 else (5 if radix == 32 else 4)  # log2(radix)
-
-
-cdef inline Py_ssize_t _level_bytes(Py_ssize_t n_freq) noexcept nogil:
-    cdef Py_ssize_t radix = _digit_radix(n_freq)
-    return _digit_count(radix) * radix * 16 * n_freq
+# The digit levels of an encoding (see cpe_fill.h) are kept between calls, at
+# most _DIGIT_BUDGET bytes in all and half of it per encoding: their rows are made
+# when a request first needs them, and a position's row is the product of a few of
+# them. Wider encodings make theirs for each request. The bits are the same either
+# way: a level row depends on its digit and the frequencies alone.
+cdef Py_ssize_t _DIGIT_BUDGET = 8 * 1024 * 1024
 
 
 def _level_shape(Py_ssize_t n_freq):
     """(n_levels, radix) of the digit levels of an encoding with n_freq frequencies."""
-    cdef Py_ssize_t radix = _digit_radix(n_freq)
-    return (_digit_count(radix), radix)
+    cdef Py_ssize_t radix
+    cdef int shift, n_levels
+    cpe_level_shape(n_freq, &radix, &shift, &n_levels)
+    return (n_levels, radix)
 
 
 # ---- argument checks: each names the argument and what was expected ----
@@ -518,8 +481,6 @@ cdef class _Encoding:
     cdef readonly double den
     cdef readonly double scale
     cdef readonly object key
-    # Set (cpe_flag_set) by the first single position made from scratch rows.
-    cdef char levels_wanted
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -644,30 +605,12 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         return <_Encoding>_encodings.add(key, enc, cost)
 
 
-cdef extern from *:
-    """
-    /* Flags published with release/acquire order, so that a thread that sees a
-       level row marked filled also sees its values (free-threaded builds). */
-    #if defined(_MSC_VER)
-    #include <intrin.h>
-    static __inline int cpe_flag_get(char *flag) { return _InterlockedOr8(flag, 0); }
-    static __inline void cpe_flag_set(char *flag) { _InterlockedExchange8(flag, 1); }
-    #else
-    static inline int cpe_flag_get(char *flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
-    static inline void cpe_flag_set(char *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELEASE); }
-    #endif
-    """
-    int cpe_flag_get(char* flag) noexcept nogil
-    void cpe_flag_set(char* flag) noexcept nogil
-
-
 cdef object _aligned_rows(tuple shape):
     """``np.empty(shape)`` of float64 whose data starts on a 64-byte boundary.
 
-    NumPy's data is only 16-byte aligned; level rows read from there split a
-    cache line on every 64-byte load, which made the products ~25% slower
-    (D = 512: 200 ns against 145 ns for three products). Rows of widths that are
-    multiples of 16 then all start on a cache line.
+    NumPy's data is only 16-byte aligned; level rows read from there would split
+    a cache line on every 64-byte load. Rows of widths that are multiples of 16
+    then all start on a cache line.
     """
     cdef Py_ssize_t count = 1, size
     for size in shape:
@@ -677,87 +620,14 @@ cdef object _aligned_rows(tuple shape):
     return raw[skip:skip + count].reshape(shape)
 
 
-cdef inline double _level_row_position(Py_ssize_t index, Py_ssize_t radix) noexcept nogil:
-    """``d * radix**k`` for level row ``index = k * radix + d``, computed the same
-    way wherever a level row is made (its bits depend on it)."""
-    cdef double p = <double>(index % radix)
-    cdef Py_ssize_t _
-    for _ in range(index // radix):
-        p *= radix
-    return p
-
-
 cdef class _Levels:
-    """The digit levels of one encoding, made row by row as requests need them.
-
-    ``table`` is the (n_levels, radix, 2 n_freq) array the kernels read (its
-    shape is ``_level_shape(n_freq)``); row ``(k, d)`` holds
-    ``(sin, cos)(d * radix**k * w)`` once ``filled[k * radix + d]`` is set.
-    Each row is a fixed function of (k, d, w), whoever makes it and whenever,
-    so results never depend on which rows were made before.
-    """
+    """The digit levels of one encoding: ``table`` is the (n_levels, radix,
+    2 n_freq) array of rows, which the fill loop makes as requests need them
+    (``state`` says which are made)."""
     cdef readonly object table
-    cdef double* data
-    cdef readonly Py_ssize_t radix
-    cdef readonly Py_ssize_t n_levels
-    cdef char filled[512]   # _MAX_LEVEL_ROWS
+    cdef readonly object state
+    cdef cpe_levels c
     cdef _Encoding enc
-
-    cdef int fill(self, Py_ssize_t index) except -1:
-        """Make row ``index`` (``k * radix + d``) unless it is there already."""
-        cdef Py_ssize_t n_freq = self.enc.n_freq
-        if cpe_flag_get(&self.filled[index]):
-            return 0
-        with _cache_lock:
-            if not cpe_flag_get(&self.filled[index]):
-                # The row digit_levels makes. No range check: a row whose
-                # angles overflow is never read for a position the kernel accepts.
-                _raise_for(sincos_row(self.data + 2 * n_freq * index,
-                                      _level_row_position(index, self.radix), self.enc.w_hi,
-                                      self.enc.w_lo, n_freq))
-                cpe_flag_set(&self.filled[index])
-        return 0
-
-    cdef int fill_level(self, Py_ssize_t k, Py_ssize_t count) except -1:
-        """Make the rows of the digits ``d < count`` of level ``k``."""
-        cdef Py_ssize_t d
-        for d in range(min(count, self.radix)):
-            self.fill(k * self.radix + d)
-        return 0
-
-
-cdef Py_ssize_t _mark_digits(const double* positions, Py_ssize_t n, Py_ssize_t radix, int shift,
-                             Py_ssize_t n_levels, char* marked,
-                             Py_ssize_t* rows) noexcept nogil:
-    """The level rows (k * radix + d) of the digits of the positions, each once, in
-    ``rows``; returns how many, or -1 if a position is not an integer with
-    |p| < 65536. ``marked`` (radix * n_levels chars) starts all zero; it may be
-    NULL for one position, whose digits are distinct rows anyway."""
-    cdef Py_ssize_t i, k, d, index, count = 0
-    cdef double p
-    for i in range(n):
-        p = positions[i]
-        if not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT and <double>(<Py_ssize_t>p) == p):
-            return -1
-        d = <Py_ssize_t>fabs(p)
-        index = 0  # 0 is the row of digit 0 of level 0
-        for k in range(n_levels):
-            if d & (radix - 1):
-                index = k * radix + (d & (radix - 1))
-                if marked == NULL or not marked[index]:
-                    if marked != NULL:
-                        marked[index] = 1
-                    rows[count] = index
-                    count += 1
-            d >>= shift
-            if d == 0:
-                break
-        if index == 0 and (marked == NULL or not marked[0]):
-            if marked != NULL:
-                marked[0] = 1
-            rows[count] = 0
-            count += 1
-    return count
 
 
 cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
@@ -765,98 +635,28 @@ cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
 
 cdef _Levels _levels_of(_Encoding enc):
     """The (cached) digit levels of ``enc``, or None when they would not fit the cache."""
-    cdef Py_ssize_t nbytes = _level_bytes(enc.n_freq)
-    if enc.n_freq == 0 or nbytes > _DIGIT_BUDGET // 2:
+    cdef Py_ssize_t radix
+    cdef int shift, n_levels
+    cpe_level_shape(enc.n_freq, &radix, &shift, &n_levels)
+    if enc.n_freq == 0 or n_levels * radix * 16 * enc.n_freq > _DIGIT_BUDGET // 2:
         return None
     cached = _digit_cache.entries.get(enc.key)
     if cached is not None:
         return <_Levels>cached
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
-    levels.radix = _digit_radix(enc.n_freq)
-    levels.n_levels = _digit_count(levels.radix)
-    levels.table = _aligned_rows((levels.n_levels, levels.radix, 2 * enc.n_freq))
-    levels.data = <double*>_address(levels.table)
+    levels.table = _aligned_rows((n_levels, radix, 2 * enc.n_freq))
+    levels.state = np.zeros(n_levels * radix, dtype=np.uint8)
+    levels.c.rows = <double*>_address(levels.table)
+    levels.c.state = _address(levels.state)
+    levels.c.radix, levels.c.shift, levels.c.n_levels = radix, shift, n_levels
     levels.table.flags.writeable = False
     # The level rows live in the base of the (aligned) view; the encoding is
     # counted too, as the entry keeps it alive after the frequency cache let it go.
-    cdef Py_ssize_t cost = _footprint(enc.key, (levels, levels.table, levels.table.base, enc,
-                                                enc.frequencies))
+    cdef Py_ssize_t cost = _footprint(enc.key, (levels, levels.table, levels.table.base,
+                                                levels.state, enc, enc.frequencies))
     with _cache_lock:
         return <_Levels>_digit_cache.add(enc.key, levels, cost)
-
-
-cdef object _unkept_levels(_Encoding enc, Py_ssize_t n_levels, const double** levels,
-                           Py_ssize_t* radix, Py_ssize_t* count):
-    """``n_levels`` levels of radix 16 for an encoding too wide to keep them,
-    made for one request."""
-    tables = _aligned_rows((n_levels, 16, 2 * enc.n_freq))
-    cdef double* data = <double*>_address(tables)
-    with nogil:
-        digit_levels(data, 16, n_levels, enc.w_hi, enc.w_lo, enc.n_freq)
-    levels[0], radix[0], count[0] = data, 16, n_levels
-    return tables
-
-
-cdef object _table_levels(_Encoding enc, Py_ssize_t rows, const double** levels,
-                          Py_ssize_t* radix, Py_ssize_t* n_levels):
-    """The digit levels for a table of ``rows`` consecutive positions, or None
-    when it is too small; their data, radix and count in the pointers (NULL, 0, 0
-    for None). The table kernel reads only the first two levels, so only the rows
-    of those the table's digits use are made. The caller keeps the returned
-    array alive while the kernel reads ``levels``."""
-    levels[0], radix[0], n_levels[0] = NULL, 0, 0
-    if rows < _DIGITS_AT_ONCE or enc.n_freq == 0:
-        return None
-    cdef _Levels kept = _levels_of(enc)
-    if kept is None:
-        return _unkept_levels(enc, 2, levels, radix, n_levels)
-    kept.fill_level(0, rows)
-    kept.fill_level(1, (rows - 1) // kept.radix + 1)
-    levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
-    return kept.table
-
-
-cdef object _digits_for_positions(_Encoding enc, const double* positions, Py_ssize_t n,
-                                  const double** levels, Py_ssize_t* radix,
-                                  Py_ssize_t* n_levels):
-    """The digit levels for these positions, like _table_levels, or None for the
-    kernel's own path.
-
-    When every position is an integer with |p| < 65536, the rows of their
-    digits, so that each position is the product of its digits' rows whether it
-    comes alone or with others. Encodings too wide to keep levels get them made
-    for requests of at least _DIGITS_AT_ONCE positions, and take the direct path
-    below that. Other requests take the kernel's path, which picks its own digits.
-    Which path depends on the request and the width alone.
-    """
-    levels[0], radix[0], n_levels[0] = NULL, 0, 0
-    if enc.n_freq == 0:
-        return None
-    cdef Py_ssize_t r = _digit_radix(enc.n_freq), i, count
-    cdef int shift = _digit_shift(r)
-    cdef char marked_rows[512]   # _MAX_LEVEL_ROWS
-    cdef char* marked = NULL     # a single vector needs no bookkeeping
-    cdef Py_ssize_t rows[512]
-    if n > 1:
-        memset(marked_rows, 0, r * _digit_count(r))
-        marked = marked_rows
-    if n < _NOGIL_VALUES:
-        count = _mark_digits(positions, n, r, shift, _digit_count(r), marked, rows)
-    else:
-        with nogil:
-            count = _mark_digits(positions, n, r, shift, _digit_count(r), marked, rows)
-    if count < 0:
-        return None
-    cdef _Levels kept = _levels_of(enc)
-    if kept is None:
-        if n < _DIGITS_AT_ONCE:
-            return None
-        return _unkept_levels(enc, 4, levels, radix, n_levels)
-    for i in range(count):
-        kept.fill(rows[i])
-    levels[0], radix[0], n_levels[0] = kept.data, kept.radix, kept.n_levels
-    return kept.table
 
 
 def _cache_snapshot():
@@ -885,11 +685,12 @@ def _cache_snapshot():
 
 cdef inline bint _angles_fit(_Encoding enc, double largest_position) noexcept:
     """The kernels' range check: every |p * w_j| within CPE_ANGLE_LIMIT for
-    |p| <= largest_position (the frequencies are monotone: the ends are the
-    extremes; NaN fails)."""
-    cdef Py_ssize_t last = enc.n_freq - 1
-    return enc.n_freq == 0 or (largest_position * fabs(enc.w_hi[0]) <= CPE_ANGLE_LIMIT
-                               and largest_position * fabs(enc.w_hi[last]) <= CPE_ANGLE_LIMIT)
+    |p| <= largest_position (NaN fails)."""
+    cdef Py_ssize_t j
+    for j in range(enc.n_freq):
+        if not (largest_position * fabs(enc.w_hi[j]) <= CPE_ANGLE_LIMIT):
+            return False
+    return True
 
 
 cdef int _raise_for(int status) except -1:
@@ -918,129 +719,39 @@ cdef object _kernel_target(result, dt):
 cdef Py_ssize_t _NOGIL_VALUES = 4096
 
 
-cdef bint _single_position(char* data, bint single, double p, _Encoding enc) except -1:
-    """A single integer position with |p| < 65536, from the level rows of its digits.
-
-    Its row is the product of the level rows of its digits, as for arrays
-    (_digits_for_positions), multiplied by fill_angle_sum as the position kernel
-    multiplies them: the same bits, without the kernel's bookkeeping for arrays
-    (~5% of a call at D = 512). The first such request of an encoding makes
-    just its rows (at most 2 or 4), in memory freed afterwards: a one-off call
-    does not pay for a cache entry it would not use. The next request makes it.
-    Returns False when p is not such a position or the width keeps no levels.
-    """
-    cdef Py_ssize_t n_freq = enc.n_freq, row_doubles = 2 * enc.n_freq
-    cdef Py_ssize_t k, count, index
-    cdef Py_ssize_t indices[4]
-    cdef int status
-    cdef const double* chain[4]
-    cdef double* rows
-    cdef _Levels kept
-    if (n_freq == 0 or not (-_DIGIT_LIMIT < p < _DIGIT_LIMIT)
-            or <double>(<Py_ssize_t>p) != p
-            or _level_bytes(n_freq) > _DIGIT_BUDGET // 2):
-        return False
-    # The kernel's own range check (it raises there); the digit rows are then finite.
-    if not _angles_fit(enc, fabs(p)):
-        return False
-    cdef Py_ssize_t radix = _digit_radix(n_freq)
-    # The level rows of p's digits, lowest level first (p was checked above).
-    count = _mark_digits(&p, 1, radix, _digit_shift(radix), _digit_count(radix), NULL,
-                         indices)
-    cached = _digit_cache.entries.get(enc.key)
-    if cached is None and not cpe_flag_get(&enc.levels_wanted):
-        cpe_flag_set(&enc.levels_wanted)
-        rows_owner = np.empty((count, row_doubles), dtype=np.float64)
-        rows = <double*>_address(rows_owner)
-        for k in range(count):
-            # Highest level first, as the kernel multiplies them; each row as
-            # _Levels.fill makes it.
-            _raise_for(sincos_row(rows + k * row_doubles,
-                                  _level_row_position(indices[count - 1 - k], radix),
-                                  enc.w_hi, enc.w_lo, n_freq))
-            chain[k] = rows + k * row_doubles
-    else:
-        kept = <_Levels>cached if cached is not None else _levels_of(enc)
-        rows_owner = kept  # alive while its rows are read, even if evicted meanwhile
-        for k in range(count):
-            index = indices[count - 1 - k]  # highest level first
-            kept.fill(index)
-            chain[k] = kept.data + row_doubles * index
-    if single:
-        status = fill_angle_sum_f32(<float*>data, enc.width, n_freq, enc.layout, chain, count,
-                                    p < 0)
-    else:
-        status = fill_angle_sum_f64(<double*>data, enc.width, n_freq, enc.layout, chain, count,
-                                    p < 0)
-    _raise_for(status)
-    return True
+cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_api,
+                                                               CPE_FILL_CAPSULE)
 
 
-cdef int _fill_positions(target, bint single, const double* positions, Py_ssize_t n,
-                         _Encoding enc, char* rope_sin=NULL,
-                         bint interleaved=False) except -1:
-    """The rows of the positions in ``target``; with ``rope_sin``, RoPE's cos
-    table there and its sin table at ``rope_sin`` (``interleaved`` or "half")."""
+cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
+               _Encoding enc, int layout) except -1:
+    """The fill loop (cpe_fill.h) into ``target`` (float64 or float32): the rows of
+    ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
+    ``sin_data`` for the RoPE layouts."""
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
-    if n == 1 and rope_sin == NULL and _single_position(data, single, positions[0], enc):
-        return 0
-    cdef const double* levels
-    cdef Py_ssize_t radix, n_levels
-    # alive while the kernel reads levels
-    _levels_owner = _digits_for_positions(enc, positions, n, &levels, &radix, &n_levels)
+    cdef bint single = cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32
+    cdef _Levels kept = _levels_of(enc)  # alive while the loop reads its rows
+    cdef cpe_levels* levels = NULL if kept is None else &kept.c
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _positions_kernel(data, single, positions, n, enc, levels, radix, n_levels,
-                                   rope_sin, interleaved)
+        status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout, levels)
     else:
         with nogil:
-            status = _positions_kernel(data, single, positions, n, enc, levels, radix,
-                                       n_levels, rope_sin, interleaved)
+            status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
+                                  levels)
     return _raise_for(status)
 
 
-cdef inline int _positions_kernel(char* data, bint single, const double* positions,
-                                  Py_ssize_t n, _Encoding enc, const double* levels,
-                                  Py_ssize_t radix, Py_ssize_t n_levels, char* rope_sin,
-                                  bint interleaved) noexcept nogil:
-    if rope_sin != NULL and single:
-        return fill_rope_positions_f32(<float*>data, <float*>rope_sin, positions, n,
-                                       enc.width, enc.w_hi, enc.w_lo, interleaved, levels,
-                                       radix, n_levels)
-    if rope_sin != NULL:
-        return fill_rope_positions_f64(<double*>data, <double*>rope_sin, positions, n,
-                                       enc.width, enc.w_hi, enc.w_lo, interleaved, levels,
-                                       radix, n_levels)
+cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const double* positions,
+                             double start, Py_ssize_t n, _Encoding enc, int layout,
+                             cpe_levels* levels) noexcept nogil:
     if single:
-        return fill_positions_levels_f32(<float*>data, positions, n, enc.width, enc.w_hi,
-                                         enc.w_lo, enc.n_freq, enc.layout, levels, radix,
-                                         n_levels)
-    return fill_positions_levels_f64(<double*>data, positions, n, enc.width, enc.w_hi,
-                                     enc.w_lo, enc.n_freq, enc.layout, levels, radix, n_levels)
-
-
-cdef int _fill_table(target, bint single, double start, Py_ssize_t n,
-                     _Encoding enc) except -1:
-    if n == 0 or enc.width == 0:
-        return 0
-    cdef char* data = _address(target)
-    cdef const double* levels
-    cdef Py_ssize_t radix, n_levels
-    # alive while the kernel reads levels
-    _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
-    cdef int status
-    with nogil:
-        if single:
-            status = fill_table_levels_f32(<float*>data, start, n, enc.width, enc.w_hi,
-                                           enc.w_lo, enc.n_freq, enc.layout, levels, radix,
-                                           n_levels)
-        else:
-            status = fill_table_levels_f64(<double*>data, start, n, enc.width, enc.w_hi,
-                                           enc.w_lo, enc.n_freq, enc.layout, levels, radix,
-                                           n_levels)
-    return _raise_for(status)
+        return _FILL.fill_f32(<float*>data, <float*>sin_data, positions, start, n, enc.width,
+                              enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
+    return _FILL.fill_f64(<double*>data, <double*>sin_data, positions, start, n, enc.width,
+                          enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
 
 
 # ---- public API ----
@@ -1161,7 +872,7 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, l
         result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
     elif result is None:  # as every large output is made
         result = _new_array((width,), dtype)
-    _fill_positions(result, typenum == cnp.NPY_FLOAT32, &p, 1, enc)
+    _fill(result, NULL, &p, 0.0, 1, enc, enc.layout)
     return result
 
 
@@ -1186,7 +897,7 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         result = _prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
         target = _kernel_target(result, dt)
-        _fill_positions(target, dt is _FLOAT32, &p, 1, enc)
+        _fill(target, NULL, &p, 0.0, 1, enc, enc.layout)
     else:
         arr = _position_array(position)
         result = _prepare_out(out, arr.shape + (width,), dt, "position and D")
@@ -1194,7 +905,7 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         pos = _positions_float64(arr)
         target = _kernel_target(result, dt)
         if pos.size:
-            _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), pos.size, enc)
+            _fill(target, NULL, <const double*>_address(pos), 0.0, pos.size, enc, enc.layout)
     if target is not result:
         np.asarray(result)[...] = target
     return result
@@ -1269,7 +980,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     result = _prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
     target = _kernel_target(result, dt)
-    _fill_table(target, dt is _FLOAT32, float(first), rows, enc)
+    _fill(target, NULL, NULL, float(first), rows, enc, enc.layout)
     if target is not result:
         np.asarray(result)[...] = target
     return result
@@ -1393,24 +1104,6 @@ def _check_out(out, shape, dtype, sizes):
 cdef Py_ssize_t _FLOAT16_BLOCK_BYTES = 256 * 1024
 
 
-cdef int _check_angles(_Encoding enc, double largest_position) except -1:
-    """The kernels' range check, for requests whose parts are computed apart."""
-    if not _angles_fit(enc, largest_position):
-        _raise_for(CPE_ERR_RANGE)
-    return 0
-
-
-cdef int _rope_table_kernel(char* cos_data, char* sin_data, bint single, double first,
-                            Py_ssize_t n, _Encoding enc, bint interleaved,
-                            const double* levels, Py_ssize_t radix,
-                            Py_ssize_t n_levels) noexcept nogil:
-    if single:
-        return fill_rope_table_f32(<float*>cos_data, <float*>sin_data, first, n, enc.width,
-                                   enc.w_hi, enc.w_lo, interleaved, levels, radix, n_levels)
-    return fill_rope_table_f64(<double*>cos_data, <double*>sin_data, first, n, enc.width,
-                               enc.w_hi, enc.w_lo, interleaved, levels, radix, n_levels)
-
-
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interleaved):
     """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
 
@@ -1423,38 +1116,24 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interl
     cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0), width = cnp.PyArray_DIM(cos, 1)
     cdef Py_ssize_t i, rows, block
     cdef bint half = cnp.PyArray_TYPE(cos) == cnp.NPY_FLOAT16
-    cdef bint single = cnp.PyArray_TYPE(cos) == cnp.NPY_FLOAT32
     cdef _Encoding enc = _encoding(width, base, 1.0, None, None, None, n != 0)
     if n == 0:
         return
-    cdef const double* levels
-    cdef Py_ssize_t radix, n_levels
     cdef double first = float(start)
-    cdef cnp.ndarray scratch
-    cdef int status = CPE_OK
-    cdef char* cos_data = _address(cos)
-    cdef char* sin_data = _address(sin)
+    cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
     if not half:
-        # alive while the kernel reads levels
-        _levels_owner = _table_levels(enc, n, &levels, &radix, &n_levels)
-        with nogil:
-            status = _rope_table_kernel(cos_data, sin_data, single, first, n, enc,
-                                        interleaved, levels, radix, n_levels)
-        _raise_for(status)
+        _fill(cos, _address(sin), NULL, first, n, enc, layout)
         return
-    _check_angles(enc, max(fabs(first), fabs(first + (n - 1))))
+    # Every check before the first block is written.
+    if not _angles_fit(enc, max(fabs(first), fabs(first + (n - 1)))):
+        _raise_for(CPE_ERR_RANGE)
     block = min(n, max(64, _FLOAT16_BLOCK_BYTES // (width * 8)))
-    scratch = np.empty((2, block, width), dtype=np.float64)
-    _levels_owner = _table_levels(enc, block, &levels, &radix, &n_levels)
+    cdef cnp.ndarray scratch = np.empty((2, block, width), dtype=np.float64)
     cos_view, sin_view = np.asarray(cos), np.asarray(sin)  # a subclass's indexing aside
-    cdef char* scratch_cos = _address(scratch)
-    cdef char* scratch_sin = scratch_cos + block * width * 8
+    cdef char* scratch_sin = _address(scratch) + block * width * 8
     for i in range(0, n, block):
         rows = min(block, n - i)
-        with nogil:
-            status = _rope_table_kernel(scratch_cos, scratch_sin, False, first + i, rows, enc,
-                                        interleaved, levels, radix, n_levels)
-        _raise_for(status)
+        _fill(scratch, scratch_sin, NULL, first + i, rows, enc, layout)
         cos_view[i:i + rows] = scratch[0, :rows]
         sin_view[i:i + rows] = scratch[1, :rows]
 
@@ -1497,8 +1176,8 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
         sin_data = _address(target) + n * head_dim * cnp.PyArray_ITEMSIZE(target)
     else:
         target, sin_data = cos, _address(sin)
-    _fill_positions(target, dt is _FLOAT32, <const double*>_address(pos), n, enc, sin_data,
-                    interleaved)
+    _fill(target, sin_data, <const double*>_address(pos), 0.0, n, enc,
+          CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF)
     if dt is _FLOAT16:
         cos[...] = target[0].reshape(shape)
         sin[...] = target[1].reshape(shape)

@@ -17,8 +17,8 @@ Preconditions the functions cannot check, on the caller:
 * every output pointer addresses at least the documented number of values
   (``n * width`` for an encoding, ``n * head_dim`` for each RoPE table), suitably
   aligned for its type; pointers may be NULL only when that number is 0;
-* ``w_hi`` and ``w_lo`` hold ``n_freq`` values made by :c:func:`frequencies`
-  (finite and monotone in ``j``: the range check reads the first and last);
+* ``w_hi`` and ``w_lo`` hold ``n_freq`` values ``w_j = w_hi[j] + w_lo[j]`` with
+  ``|w_lo[j]| <= ulp(w_hi[j]) / 2`` (as :c:func:`frequencies` makes them);
 * outputs do not overlap each other, the positions or the frequencies, and no
   other thread writes the inputs during the call (a position is read more than
   once).
@@ -42,52 +42,24 @@ Signatures (stable; a test snapshots them)::
 
     int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                     double base, double exponent_den, double scale)
-    int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
-                           Py_ssize_t width, const double* w_hi, const double* w_lo,
-                           Py_ssize_t n_freq, int layout)
-    int fill_positions_f32(float* out, ...same...)
     int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                        Py_ssize_t width, const double* w_hi, const double* w_lo,
                        Py_ssize_t n_freq, int layout)
     int fill_table_f32(float* out, ...same...)
-    int sincos_row(double* pair_row, double position, const double* w_hi,
-                   const double* w_lo, Py_ssize_t n_freq)
-    int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
-                     const double* w_hi, const double* w_lo, Py_ssize_t n_freq)
-    int fill_positions_levels_f64(double* out, const double* positions,
-                                  Py_ssize_t n_positions, Py_ssize_t width,
-                                  const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                  int layout, const double* levels, Py_ssize_t radix,
-                                  Py_ssize_t n_levels)
-    int fill_positions_levels_f32(float* out, ...same...)
-    int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
-                              Py_ssize_t width, const double* w_hi, const double* w_lo,
-                              Py_ssize_t n_freq, int layout, const double* levels,
-                              Py_ssize_t radix, Py_ssize_t n_levels)
-    int fill_table_levels_f32(float* out, ...same...)
-    int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                           const double* const* pair_rows, Py_ssize_t count, bint negate)
-    int fill_angle_sum_f32(float* out, ...same...)
-    int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
-                            Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                            const double* w_lo, bint interleaved, const double* levels,
-                            Py_ssize_t radix, Py_ssize_t n_levels)
-    int fill_rope_table_f32(float* cos_out, float* sin_out, ...same...)
-    int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
-                                Py_ssize_t n_positions, Py_ssize_t head_dim,
-                                const double* w_hi, const double* w_lo, bint interleaved,
-                                const double* levels, Py_ssize_t radix, Py_ssize_t n_levels)
-    int fill_rope_positions_f32(float* cos_out, float* sin_out, ...same...)
+    int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
+                           Py_ssize_t width, const double* w_hi, const double* w_lo,
+                           Py_ssize_t n_freq, int layout)
+    int fill_positions_f32(float* out, ...same...)
+    int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
+                      double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
+                      const double* w_hi, const double* w_lo, bint interleaved)
+    int fill_rope_f32(float* cos_out, float* sin_out, ...same...)
 
-A "pair row" is ``n_freq`` sines followed by ``n_freq`` cosines. Many positions
-are built from a few pair rows each by angle addition. ``digit_levels`` makes,
-once, the position-independent rows ``(sin, cos)(d * radix**k * w)`` for
-``d < radix`` and ``k < n_levels`` (``n_levels * radix * 2 * n_freq`` doubles,
-level by level); the ``*_levels_*`` functions then compute sines for no integer
-position with ``|p| < radix**n_levels`` and for only ``ceil(n / radix**2)``
-rows of a table.
-``n_levels >= 2`` and ``radix**n_levels <= 2**40``. The plain functions make
-what they need on every call.
+A position's row has the same bits whichever function computes it and whatever
+else the call computes: row ``i`` of a table from ``start`` is the row of the
+position ``start + i`` in ``fill_positions_*``, and RoPE's cosines and sines are
+those of the ``CPE_LAYOUT_SIN_COS`` encoding of width ``head_dim``. Scratch memory
+is allocated per call (the library's Python functions keep theirs between calls).
 """
 
 cdef enum:
@@ -113,16 +85,9 @@ cdef enum:
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                      double base, double exponent_den, double scale) noexcept nogil
 
-# Row i of out (C order, rows of `width`) encodes position positions[i].
-cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
-                            Py_ssize_t width, const double* w_hi, const double* w_lo,
-                            Py_ssize_t n_freq, int layout) noexcept nogil
-cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
-                            Py_ssize_t width, const double* w_hi, const double* w_lo,
-                            Py_ssize_t n_freq, int layout) noexcept nogil
-
-# Row i of out encodes position start + i; start and start + n_rows must be
-# integers of magnitude <= 2**53 (so that every position is exact).
+# Row i of out (C order, rows of `width`) encodes position start + i; start and
+# start + n_rows must be integers of magnitude <= 2**53 (so that every position is
+# exact).
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil
@@ -130,71 +95,22 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil
 
-# The pair row (sin, cos)(position * w): n_freq sines, then n_freq cosines. No
-# range check: an angle that overflows gives NaN.
-cdef int sincos_row(double* pair_row, double position, const double* w_hi,
-                    const double* w_lo, Py_ssize_t n_freq) noexcept nogil
+# Row i of out encodes position positions[i] (any finite values).
+cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil
+cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil
 
-# levels[k][d] = (sin, cos)(d * radix**k * w) as pair rows, k < n_levels, d < radix:
-# the rows sincos_row makes for the positions d * radix**k.
-cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
-                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil
-
-# As fill_positions_* and fill_table_*, with the caller's levels (n_levels >= 2).
-cdef int fill_positions_levels_f64(double* out, const double* positions,
-                                   Py_ssize_t n_positions, Py_ssize_t width,
-                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* levels, Py_ssize_t radix,
-                                   Py_ssize_t n_levels) noexcept nogil
-cdef int fill_positions_levels_f32(float* out, const double* positions,
-                                   Py_ssize_t n_positions, Py_ssize_t width,
-                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* levels, Py_ssize_t radix,
-                                   Py_ssize_t n_levels) noexcept nogil
-cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
-                               Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* levels,
-                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
-cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
-                               Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* levels,
-                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
-
-# One row of `width` whose angles are the sums of the angles of `count` pair
-# rows (1 <= count <= 64), multiplied in order as the *_levels_* functions do:
-# with the rows of a position's digits, highest first, it gives the bits those
-# functions give for it. negate: the sines of the negated angles.
-cdef int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                            const double* const* pair_rows, Py_ssize_t count,
-                            bint negate) noexcept nogil
-cdef int fill_angle_sum_f32(float* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                            const double* const* pair_rows, Py_ssize_t count,
-                            bint negate) noexcept nogil
-
-# RoPE's cos and sin tables (each n_rows x head_dim, head_dim even) of the
-# positions start, start + 1, ...: frequencies w_j for j < head_dim / 2
-# (frequencies() with exponent_den = head_dim / 2). interleaved = 0 ("half"):
-# a row is [cos(p w) | cos(p w)] and [sin(p w) | sin(p w)]; interleaved = 1:
-# each value twice in a row, (cos_0, cos_0, cos_1, ...). levels may be NULL
-# (then radix and n_levels are ignored), as in fill_table_levels_*.
-cdef int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
-                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                             const double* w_lo, bint interleaved, const double* levels,
-                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
-cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
-                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                             const double* w_lo, bint interleaved, const double* levels,
-                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil
-
-# The same tables for any positions (as fill_positions_levels_*): row i for
-# positions[i]. levels may be NULL, as there.
-cdef int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
-                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
-                                 const double* w_hi, const double* w_lo, bint interleaved,
-                                 const double* levels, Py_ssize_t radix,
-                                 Py_ssize_t n_levels) noexcept nogil
-cdef int fill_rope_positions_f32(float* cos_out, float* sin_out, const double* positions,
-                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
-                                 const double* w_hi, const double* w_lo, bint interleaved,
-                                 const double* levels, Py_ssize_t radix,
-                                 Py_ssize_t n_levels) noexcept nogil
+# RoPE's cos and sin tables (each n_rows x head_dim, head_dim even and >= 2) of
+# the positions positions[i], or start + i when positions is NULL (then as in
+# fill_table_*), with the head_dim / 2 frequencies w_j. interleaved = 0 ("half"):
+# a row is [cos(p w) | cos(p w)] and [sin(p w) | sin(p w)]; interleaved = 1: each
+# value twice in a row, (cos_0, cos_0, cos_1, ...).
+cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
+                       double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
+                       const double* w_hi, const double* w_lo, bint interleaved) noexcept nogil
+cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
+                       double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
+                       const double* w_hi, const double* w_lo, bint interleaved) noexcept nogil

@@ -7,17 +7,32 @@ the accuracy:
   ``p * w_j`` is formed exactly as ``th + tl``, and a row of sines and cosines
   of such angles is computed by the vectorized loop of ``cpe_rows.h`` (libm's
   ``sin``/``cos`` with ``sin(th + tl) = sin(th) + tl * cos(th)`` beyond its range);
-* tables and arrays of integer positions use the angle-addition identity: a
-  position's row is the complex product of a few "digit" rows
-  ``(sin, cos)(d R**k w)``, each computed as above, so only a handful of rows
-  need that loop and every value stays within a few ulp (see "digit tables" below).
+* every integer position uses the angle-addition identity: its row is the
+  complex product of a few "digit" rows ``(sin, cos)(d R**k w)``, each computed
+  as above, in an order fixed by the position alone (see cpe_fill.h and "the one
+  fill loop" below), so only a handful of rows need that loop, every value stays
+  within a few ulp, and a position has the same bits in every request.
 """
-from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, ceil, cbrt, isfinite
-from libc.stdlib cimport malloc, free, getenv
+from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, isfinite
+from libc.stdlib cimport calloc, malloc, free, getenv
+from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy
 from libc.stdint cimport uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cython cimport floating
+
+from cpe._fill cimport (
+    CPE_FILL_CAPSULE,
+    CPE_LAYOUT_ROPE_HALF,
+    CPE_LAYOUT_ROPE_INTERLEAVED,
+    CPE_ROW_READY,
+    cpe_fill_api,
+    cpe_level_shape,
+    cpe_levels,
+    cpe_state_claim,
+    cpe_state_get,
+    cpe_state_set,
+)
 
 cdef extern from "cpe_memory.h":
     int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
@@ -55,25 +70,6 @@ cdef extern from "cpe_rows.h":
                                      const double* b, Py_ssize_t n) noexcept nogil
     void cpe_rope_interleaved_float(float* cos_row, float* sin_row, const double* a,
                                     const double* b, Py_ssize_t n) noexcept nogil
-    double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
-                          Py_ssize_t n) noexcept nogil
-    void cpe_chain_interleaved_double(double* row, const double* const* rows, int count,
-                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_interleaved_float(float* row, const double* const* rows, int count,
-                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_blocked_double(double* sines, double* cosines, const double* const* rows,
-                                  int count, Py_ssize_t n_pairs,
-                                  Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_blocked_float(float* sines, float* cosines, const double* const* rows,
-                                 int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_copy_interleaved_double(double* row, const double* a, Py_ssize_t n_pairs,
-                                     Py_ssize_t n_freq) noexcept nogil
-    void cpe_copy_interleaved_float(float* row, const double* a, Py_ssize_t n_pairs,
-                                    Py_ssize_t n_freq) noexcept nogil
-    void cpe_copy_blocked_double(double* sines, double* cosines, const double* a,
-                                 Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_copy_blocked_float(float* sines, float* cosines, const double* a,
-                                Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -467,190 +463,11 @@ cdef inline void _rope_rows_free(rope_rows* r) noexcept nogil:
     r.owned = NULL
 
 
-cdef inline void _store_chain(floating* row, const double** chain, int count,
-                              const columns* c, Py_ssize_t width) noexcept nogil:
-    # Row of the encoding of the sum of the angles of 2 to 4 pair rows (see
-    # cpe_rows.h): the bits of repeated _product_pairs, then _store_product.
-    cdef Py_ssize_t j, n_freq = c.n_sin
-    cdef floating* sines = row + c.sin_at
-    if c.sin_step == 2:
-        if floating is double:
-            cpe_chain_interleaved_double(row, chain, count, c.n_cos, n_freq)
-        else:
-            cpe_chain_interleaved_float(row, chain, count, c.n_cos, n_freq)
-    else:
-        if floating is double:
-            cpe_chain_blocked_double(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
-        else:
-            cpe_chain_blocked_float(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
-    for j in range(c.n_cos, c.n_sin):
-        sines[j * c.sin_step] = <floating>cpe_chain_sine(chain, count, j, n_freq)
-    for j in range(c.zero_from, width):
-        row[j] = 0
-
-
-cdef inline void _store_pairs(floating* row, const double* a, const columns* c,
-                              Py_ssize_t width) noexcept nogil:
-    cdef Py_ssize_t j, n_freq = c.n_sin
-    cdef floating* sines = row + c.sin_at
-    if c.sin_step == 2:
-        if floating is double:
-            cpe_copy_interleaved_double(row, a, c.n_cos, n_freq)
-        else:
-            cpe_copy_interleaved_float(row, a, c.n_cos, n_freq)
-    elif c.n_cos:
-        if floating is double:
-            cpe_copy_blocked_double(sines, row + c.cos_at, a, c.n_cos, n_freq)
-        else:
-            cpe_copy_blocked_float(sines, row + c.cos_at, a, c.n_cos, n_freq)
-    for j in range(c.n_cos, c.n_sin):
-        sines[j * c.sin_step] = <floating>a[j]
-    for j in range(c.zero_from, width):
-        row[j] = 0
-
-
-# ---- digit tables ----
-# A position start + d with 0 <= d < span is written in base R as
-# d = d2 * R**2 + d1 * R + d0, and its pair row is the product of three rows:
-#     (sin, cos)((start + d2 R**2) w)  (sin, cos)(d1 R w)  (sin, cos)(d0 w),
-# each computed by _sincos. The "low" (d0 w) and "middle" (d1 R w) rows do not
-# depend on the positions, so a caller may keep them: they are the first two
-# "levels" made by digit_levels (level k, row d: (sin, cos)(d R**k w)). Only the
-# ceil(span / R**2) "high" rows then need the row loop on every request; and a
-# position |p| < R**n_levels needs none at all: it is the product of one row
-# per non-zero digit.
-
-cdef struct digits:
-    Py_ssize_t radix
-    Py_ssize_t n_high
-    const double* low       # R pair rows: d0 w
-    const double* middle    # R pair rows: d1 R w
-    double* high            # n_high pair rows: (start + d2 R**2) w
-    double* scratch         # 1 pair row
-    double* owned           # what this struct allocated, freed by _digits_free
-
-
 cdef inline double* _line_start(double* p) noexcept nogil:
     # The first cache-line (64-byte) boundary at or after p, for buffers allocated
     # with 8 doubles to spare. Rows that start on a line load without splitting
     # lines: the products were ~25% slower from the 16-byte alignment of malloc.
     return <double*>((<uintptr_t>p + 63) & ~(<uintptr_t>63))
-
-
-cdef inline Py_ssize_t _radix_for(Py_ssize_t span) noexcept nogil:
-    cdef Py_ssize_t radix = <Py_ssize_t>ceil(cbrt(<double>span))
-    return radix if radix >= 2 else 2
-
-
-cdef inline Py_ssize_t _levels_limit(Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    """radix ** n_levels, or 0 when that exceeds 2**40 (or the arguments are invalid)."""
-    cdef Py_ssize_t limit = 1, _
-    if radix < 2 or n_levels < 1:
-        return 0
-    for _ in range(n_levels):
-        if limit > (<Py_ssize_t>1 << 40) // radix:
-            return 0
-        limit *= radix
-    return limit
-
-
-cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
-                                  Py_ssize_t n_freq) noexcept nogil:
-    """Whether every |p * w_j| is at most CPE_ANGLE_LIMIT for |p| <= largest_position.
-    The frequencies are monotone in j (as frequencies() makes them): the ends are
-    the extremes. A NaN anywhere is out of range."""
-    if n_freq == 0:
-        return True
-    return (largest_position * fabs(w_hi[0]) <= CPE_ANGLE_LIMIT
-            and largest_position * fabs(w_hi[n_freq - 1]) <= CPE_ANGLE_LIMIT)
-
-
-cdef int sincos_row(double* pair_row, double position, const double* w_hi,
-                    const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    if n_freq < 0 or not isfinite(position):
-        return CPE_ERR_ARGUMENT
-    if n_freq and (pair_row == NULL or w_hi == NULL or w_lo == NULL):
-        return CPE_ERR_ARGUMENT
-    _sincos_row(pair_row, position, w_hi, w_lo, n_freq)
-    return CPE_OK
-
-
-cdef int digit_levels(double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
-                      const double* w_hi, const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    if _levels_limit(radix, n_levels) == 0 or n_freq < 0 or (
-            n_freq and (levels == NULL or w_hi == NULL or w_lo == NULL)):
-        return CPE_ERR_ARGUMENT
-    cdef Py_ssize_t d, k, step = 1
-    for k in range(n_levels):
-        for d in range(radix):
-            _sincos_row(levels + 2 * n_freq * (k * radix + d), <double>(d * step),
-                        w_hi, w_lo, n_freq)
-        step *= radix
-    return CPE_OK
-
-
-cdef int _digits_init(digits* t, double start, Py_ssize_t span, const double* w_hi,
-                      const double* w_lo, Py_ssize_t n_freq, const double* low,
-                      const double* middle, Py_ssize_t radix, Py_ssize_t offset) noexcept nogil:
-    """Point t at the caller's low/middle rows (or make them) and make the high rows.
-
-    ``offset`` >= 0 asks for the scratch and low rows to start ``offset`` bytes past
-    a cache line, the caller's low rows being copied there (see _stream_offset).
-    """
-    if low == NULL:
-        radix = _radix_for(span)
-    cdef bint copy_low = (low != NULL and offset >= 0
-                          and <Py_ssize_t>((<uintptr_t>low) % 64) != offset)
-    cdef Py_ssize_t n_low = min(radix, span)
-    cdef Py_ssize_t n_high = (span + radix * radix - 1) // (radix * radix)
-    cdef Py_ssize_t rows = (n_high + 1 + (2 * radix if low == NULL else 0)
-                            + (n_low if copy_low else 0))
-    if n_freq > (<Py_ssize_t>1 << 40) // rows:
-        return CPE_ERR_NOMEM
-    t.owned = <double*>malloc(sizeof(double) * (2 * n_freq * rows + 16))
-    if t.owned == NULL:
-        return CPE_ERR_NOMEM
-    t.radix = radix
-    t.n_high = n_high
-    t.high = _line_start(t.owned) + (offset // 8 if offset > 0 else 0)
-    t.scratch = t.high + 2 * n_freq * n_high
-    if low == NULL:
-        t.low = t.scratch + 2 * n_freq
-        t.middle = t.low + 2 * n_freq * radix
-        digit_levels(<double*>t.low, radix, 2, w_hi, w_lo, n_freq)
-    elif copy_low:
-        t.low = t.scratch + 2 * n_freq
-        memcpy(<double*>t.low, low, sizeof(double) * 2 * n_freq * n_low)
-        t.middle = middle
-    else:
-        t.low = low
-        t.middle = middle
-    cdef Py_ssize_t d
-    for d in range(n_high):
-        _sincos_row(t.high + 2 * n_freq * d, start + <double>(d * radix * radix),
-                    w_hi, w_lo, n_freq)
-    return CPE_OK
-
-
-cdef inline Py_ssize_t _stream_offset(const void* out, Py_ssize_t width,
-                                      size_t itemsize) noexcept nogil:
-    """Where the rows a streamed table reads should start past a cache line, or -1.
-
-    The stream loops (cpe_rows.h) first store pairs one at a time until the output
-    row is on a boundary of their vector width (64 bytes for AVX-512); the rows
-    they read from then start on a 64-byte line too when they begin this many bytes
-    past one. (The AVX2 and SSE2 loops peel fewer pairs: their float64 reads may
-    start 16 bytes off a 32-byte boundary.) Only when every output row starts at
-    the same offset (width * itemsize a multiple of 64).
-    """
-    if (width * <Py_ssize_t>itemsize) % 64 or (<uintptr_t>out) % (2 * itemsize):
-        return -1
-    cdef Py_ssize_t peel = ((64 - <Py_ssize_t>((<uintptr_t>out) % 64)) % 64) // (2 * itemsize)
-    return (64 - (8 * peel) % 64) % 64
-
-
-cdef inline void _digits_free(digits* t) noexcept nogil:
-    free(t.owned)
 
 
 # ---- kernels ----
@@ -674,527 +491,266 @@ def _streams(const unsigned char[::1] out):
     return _streaming(&out[0] if out.shape[0] else NULL, out.shape[0] // 2, 2, 1)
 
 
-cdef inline void _store_rows(floating* row, const double** chain, Py_ssize_t count,
-                             const columns* c, Py_ssize_t width, bint stream,
-                             double* buffers) noexcept nogil:
-    """The row whose angles are those of chain[0] + chain[1] + ... (pair rows),
-    multiplied in that order: up to four in registers (_store_chain), longer
-    chains and streamed rows through the two row ``buffers``. Streamed rows of a
-    single pair row are its product with the third buffer, the identity row
-    (sin, cos) = (0, 1), which gives its values exactly: a cache line written
-    partly with ordinary stores and partly with streaming ones is slow."""
-    cdef Py_ssize_t r, n_freq = c.n_sin
-    cdef const double* four[4]
-    cdef const double* acc
-    cdef double* spare
-    if count == 1 and stream:
-        _store_product(row, chain[0], buffers + 4 * n_freq, c, width, stream)
-        return
-    if count == 1:
-        _store_pairs(row, chain[0], c, width)
-        return
-    if count == 2:
-        # The operations of _store_chain, in the loops of tables (float32: the
-        # hand-written AVX-512 one, ~20% faster than the chain's).
-        _store_product(row, chain[1], chain[0], c, width, stream)
-        return
-    if count <= 4 and not stream:
-        four[0] = four[1] = four[2] = four[3] = chain[0]
-        for r in range(1, count):
-            four[r] = chain[r]
-        _store_chain(row, four, <int>count, c, width)
-        return
-    acc = chain[0]
-    spare = buffers
-    for r in range(1, count - 1):
-        _product_pairs(spare, chain[r], acc, n_freq)
-        acc = spare
-        spare = buffers + 2 * n_freq if spare == buffers else buffers
-    _store_product(row, chain[count - 1], acc, c, width, stream)
+# ---- the one fill loop ----
+# Every row of every request is made here, from the decomposition of cpe_fill.h:
+# an integer position's row is the product of the rows of its high part H and of
+# its digits, highest first (a zero digit, or no H, is the identity and skipped),
+# and its negative has the sines negated; any other position's row is computed
+# directly. The products of the upper digits are kept while they stay the same,
+# so consecutive positions cost one product each. Every row, even one with a
+# single factor, is stored as a product (with the identity row (0, 1), which is
+# exact): one store path for all rows, streamed or not.
 
-
-cdef inline Py_ssize_t _digit_chain(const double** chain, Py_ssize_t d, const double* levels,
-                                    Py_ssize_t radix, int shift, Py_ssize_t n_levels,
-                                    Py_ssize_t row_doubles) noexcept nogil:
-    """The level rows of the digits of d >= 0, highest first, skipping zero digits
-    (the identity) except for d = 0; returns how many. ``shift`` is log2(radix)
-    when radix is a power of two (a shift, not a division, per digit), else -1."""
-    cdef Py_ssize_t digits[64]
-    cdef Py_ssize_t k, top = 0, count = 0
-    for k in range(n_levels):
-        if shift >= 0:
-            digits[k] = d & (radix - 1)
-            d >>= shift
+cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, const double* w_hi,
+                                     const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    """Level row (k, d): (sin, cos)(d * radix**k * w), made by the first caller that
+    needs it (another waits for it, which takes one row loop)."""
+    cdef Py_ssize_t index = k * lv.radix + d
+    cdef double* row = lv.rows + 2 * n_freq * index
+    cdef char* state = lv.state + index
+    if cpe_state_get(state) != CPE_ROW_READY:
+        if cpe_state_claim(state):
+            _sincos_row(row, <double>(d << (lv.shift * k)), w_hi, w_lo, n_freq)
+            cpe_state_set(state, CPE_ROW_READY)
         else:
-            digits[k] = d % radix
-            d //= radix
-        if digits[k]:
-            top = k
-        if d == 0:  # the digits above are zero
-            break
-    for k in range(top, -1, -1):
-        if digits[k] or k == top:
-            chain[count] = levels + row_doubles * (k * radix + digits[k])
-            count += 1
-    return count
+            while cpe_state_get(state) != CPE_ROW_READY:
+                pass
+    return row
 
 
-cdef int _fill_from_levels(floating* out, const double* positions, Py_ssize_t n_positions,
-                           Py_ssize_t width, Py_ssize_t n_freq, const columns* c,
-                           const double* levels, Py_ssize_t radix, Py_ssize_t n_levels,
-                           int layout, floating* rope_sin) noexcept nogil:
-    """Integers |p| < radix**n_levels: one product per non-zero digit above the first.
+cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
+                                  Py_ssize_t n_freq) noexcept nogil:
+    """Whether every |p * w_j| is at most CPE_ANGLE_LIMIT for |p| <= largest_position
+    (NaN is out of range)."""
+    cdef Py_ssize_t j
+    for j in range(n_freq):
+        if not (largest_position * fabs(w_hi[j]) <= CPE_ANGLE_LIMIT):
+            return False
+    return True
 
-    A negative position is written as its magnitude with the sines negated, so
-    that p and -p give exactly opposite sines and equal cosines. With rope_sin,
-    RoPE's rows: those of two digit rows (positive) written once where they go,
-    the others made as encoding rows and split (_rope_split) while in the cache.
-    """
+
+cdef inline int _check_request(const double* positions, double start, Py_ssize_t n,
+                               const double* w_hi, Py_ssize_t n_freq) noexcept nogil:
+    """The positions (or the table start + i, i < n) checked: finite, a table's
+    integers exact, every angle in range."""
+    cdef Py_ssize_t i
+    cdef double largest = 0.0
+    if positions == NULL:
+        if not (floor(start) == start and -9007199254740992.0 <= start
+                and start + <double>n <= 9007199254740992.0):
+            return CPE_ERR_ARGUMENT
+        largest = max(fabs(start), fabs(start + <double>(n - 1))) if n else 0.0
+    else:
+        for i in range(n):
+            if not isfinite(positions[i]):
+                return CPE_ERR_ARGUMENT
+            largest = max(largest, fabs(positions[i]))
+    if n and not _angles_in_range(largest, w_hi, n_freq):
+        return CPE_ERR_RANGE
+    return CPE_OK
+
+
+cdef int _fill(floating* out, floating* sin_out, const double* positions, double start,
+               Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
+               Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
+    cdef columns c
+    cdef bint rope = layout == CPE_LAYOUT_ROPE_HALF or layout == CPE_LAYOUT_ROPE_INTERLEAVED
+    if n < 0 or _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else layout,
+                         &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if rope and (width != 2 * n_freq or (n and sin_out == NULL)):
+        return CPE_ERR_ARGUMENT
+    if n and ((width and out == NULL) or (n_freq and (w_hi == NULL or w_lo == NULL))):
+        return CPE_ERR_ARGUMENT
+    cdef int status = _check_request(positions, start, n, w_hi, n_freq)
+    if status != CPE_OK or n == 0 or width == 0:
+        return status
+    cdef Py_ssize_t i, j
+    if n_freq == 0:
+        for i in range(n * width):
+            out[i] = 0
+        return CPE_OK
+
+    # Own levels when the caller keeps none; rows are made only as needed.
+    cdef cpe_levels own
+    cdef double* own_rows = NULL
+    own.state = NULL
+    cdef Py_ssize_t radix
+    cdef int shift, n_levels
+    cpe_level_shape(n_freq, &radix, &shift, &n_levels)
     cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef bint stream = rope_sin == NULL and _streaming(out, n_positions, width, sizeof(floating))
-    cdef double* owned = NULL
-    cdef double* buffers = NULL
-    cdef Py_ssize_t i, count, negated = 0
-    if stream or n_levels > 4:
-        # Two rows for partial products, then the identity row (see _store_rows).
-        owned = <double*>malloc(sizeof(double) * (3 * row_doubles + 8))
-        if owned == NULL:
+    if levels == NULL:
+        own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
+        own.state = <char*>calloc(n_levels * radix, 1)
+        if own_rows == NULL or own.state == NULL:
+            free(own_rows)
+            free(own.state)
             return CPE_ERR_NOMEM
-        buffers = _line_start(owned)
-        for i in range(n_freq):
-            buffers[2 * row_doubles + i] = 0.0
-            buffers[2 * row_doubles + n_freq + i] = 1.0
-    cdef rope_rows rope
-    if _rope_rows_init(&rope, out, rope_sin, n_positions, width, sizeof(floating)) != CPE_OK:
+        own.rows = _line_start(own_rows)
+        own.radix, own.shift, own.n_levels = radix, shift, n_levels
+        levels = &own
+    # Scratch, each a pair row on a cache line: the identity, the row of H, one for
+    # a direct or negated row, and the product of the digits above level k.
+    cdef double* owned = <double*>malloc(sizeof(double) * ((n_levels + 3) * row_doubles + 8))
+    cdef rope_rows chunks
+    if owned == NULL or _rope_rows_init(&chunks, out, sin_out if rope else NULL, n, width,
+                                        sizeof(floating)) != CPE_OK:
         free(owned)
+        free(own_rows)
+        free(own.state)
         return CPE_ERR_NOMEM
+    cdef double* identity = _line_start(owned)
+    cdef double* high_row = identity + row_doubles
+    cdef double* single = high_row + row_doubles
+    cdef double* products = single + row_doubles  # level k at products + (k - 1) rows
+    for j in range(n_freq):
+        identity[j] = 0.0
+        identity[n_freq + j] = 1.0
+
+    cdef bint stream = not rope and _streaming(out, n, width, sizeof(floating))
+    cdef long long prefix[8]
+    cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
+    cdef long long m, high, current_high = -1, key
+    cdef Py_ssize_t d
+    cdef int k, top_shift = shift * n_levels
+    cdef double p
+    cdef const double* a
+    cdef const double* b
     cdef floating* cos_row
-    cdef floating* sin_row
-    cdef const double* chain[64]
-    cdef int shift = 0
-    while shift < 62 and (<Py_ssize_t>1) << shift < radix:
-        shift += 1
-    if (<Py_ssize_t>1) << shift != radix:
-        shift = -1
-    for i in range(n_positions):
-        count = _digit_chain(chain, <Py_ssize_t>fabs(positions[i]), levels, radix, shift,
-                             n_levels, row_doubles)
-        cos_row = _rope_row(&rope, out, i, width, False)
-        sin_row = NULL if rope_sin == NULL else _rope_row(&rope, rope_sin, i, width, True)
-        if rope_sin != NULL and count == 2 and positions[i] > 0:
-            # The values _store_rows then _rope_split would give, written once.
-            _store_rope_product(cos_row, sin_row, chain[1], chain[0], n_freq, layout)
+    for k in range(n_levels):
+        prefix[k] = -1
+    for i in range(n):
+        p = positions[i] if positions != NULL else start + <double>i
+        if floor(p) == p and fabs(p) < 4611686018427387904.0:  # 2**62
+            m = <long long>fabs(p)
+            high = m >> top_shift
+            if high != current_high:
+                current_high = high
+                if high:
+                    _sincos_row(high_row, <double>(high << top_shift), w_hi, w_lo, n_freq)
+                upper[n_levels] = high_row if high else NULL
+                for k in range(n_levels):
+                    prefix[k] = -1
+            for k in range(n_levels - 1, 0, -1):
+                key = m >> (shift * k)
+                if key != prefix[k]:
+                    prefix[k] = key
+                    d = key & (radix - 1)
+                    if d == 0:
+                        upper[k] = upper[k + 1]
+                    elif upper[k + 1] == NULL:
+                        upper[k] = _level_row(levels, k, d, w_hi, w_lo, n_freq)
+                    else:
+                        _product_pairs(products + (k - 1) * row_doubles,
+                                       _level_row(levels, k, d, w_hi, w_lo, n_freq),
+                                       upper[k + 1], n_freq)
+                        upper[k] = products + (k - 1) * row_doubles
+            d = m & (radix - 1)
+            a = _level_row(levels, 0, d, w_hi, w_lo, n_freq) if d else identity
+            b = upper[1] if upper[1] != NULL else identity
+            if p < 0:
+                _product_pairs(single, a, b, n_freq)
+                for j in range(n_freq):
+                    single[j] = -single[j]
+                a = single
+                b = identity
         else:
-            _store_rows(cos_row, chain, count, c, width, stream, buffers)
-            if rope_sin == NULL:
-                negated += positions[i] < 0
-                continue
-            if positions[i] < 0:
-                _negate_sines(cos_row, c)
-            _rope_split(cos_row, sin_row, 1, width, layout)
-        _rope_row_done(&rope, out, rope_sin, i, n_positions - 1, width)
-    _rope_rows_free(&rope)
+            _sincos_row(single, p, w_hi, w_lo, n_freq)
+            a = single
+            b = identity
+        if not rope:
+            _store_product(out + i * width, a, b, &c, width, stream)
+            continue
+        cos_row = _rope_row(&chunks, out, i, width, False)
+        _store_rope_product(cos_row, _rope_row(&chunks, sin_out, i, width, True), a, b, n_freq,
+                            CPE_LAYOUT_SIN_COS if layout == CPE_LAYOUT_ROPE_HALF
+                            else CPE_LAYOUT_INTERLEAVED)
+        _rope_row_done(&chunks, out, sin_out, i, n - 1, width)
+    _rope_rows_free(&chunks)
     if stream:
         cpe_stream_fence()
     free(owned)
-    if negated:
-        for i in range(n_positions):
-            if positions[i] < 0:
-                _negate_sines(out + i * width, c)
+    free(own_rows)
+    free(own.state)
     return CPE_OK
 
 
-cdef int _fill_angle_sum(floating* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                         const double* const* pair_rows, Py_ssize_t count,
-                         bint negate) noexcept nogil:
-    cdef columns c
-    if count < 1 or count > 64 or _columns(width, n_freq, layout, &c) != CPE_OK:
-        return CPE_ERR_ARGUMENT
-    if (width and out == NULL) or pair_rows == NULL:
-        return CPE_ERR_ARGUMENT
-    if n_freq == 0:
-        _store_pairs(out, NULL, &c, width)
-        return CPE_OK
-    cdef double* buffers = NULL
-    if count > 4:
-        buffers = <double*>malloc(sizeof(double) * 4 * n_freq)
-        if buffers == NULL:
-            return CPE_ERR_NOMEM
-    _store_rows(out, <const double**>pair_rows, count, &c, width, False, buffers)
-    free(buffers)
-    if negate:
-        _negate_sines(out, &c)
-    return CPE_OK
+cdef int _fill_f64(double* out, double* sin_out, const double* positions, double start,
+                   Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
+                   Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
+    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, layout, levels)
 
 
-cdef int fill_angle_sum_f64(double* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                            const double* const* pair_rows, Py_ssize_t count,
-                            bint negate) noexcept nogil:
-    return _fill_angle_sum(out, width, n_freq, layout, pair_rows, count, negate)
+cdef int _fill_f32(float* out, float* sin_out, const double* positions, double start,
+                   Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
+                   Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
+    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, layout, levels)
 
 
-cdef int fill_angle_sum_f32(float* out, Py_ssize_t width, Py_ssize_t n_freq, int layout,
-                            const double* const* pair_rows, Py_ssize_t count,
-                            bint negate) noexcept nogil:
-    return _fill_angle_sum(out, width, n_freq, layout, pair_rows, count, negate)
+# The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
+# of the C API, which is the functions below.
+cdef cpe_fill_api _FILL_API
+_FILL_API.fill_f64 = _fill_f64
+_FILL_API.fill_f32 = _fill_f32
+_fill_api = PyCapsule_New(&_FILL_API, CPE_FILL_CAPSULE, NULL)
 
 
-cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef floating* sines = row + c.sin_at
-    if c.sin_step == 2:
-        for j in range(c.n_sin):
-            sines[2 * j] = -sines[2 * j]
-    else:
-        for j in range(c.n_sin):
-            sines[j] = -sines[j]
+# ---- the C API (kernels.pxd): each one call of the fill loop ----
 
-
-cdef int _fill_positions(floating* out, const double* positions, Py_ssize_t n_positions,
-                         Py_ssize_t width, const double* w_hi, const double* w_lo,
-                         Py_ssize_t n_freq, int layout, const double* levels,
-                         Py_ssize_t radix, Py_ssize_t n_levels,
-                         floating* rope_sin) noexcept nogil:
-    """The rows of the positions; with rope_sin, RoPE's cos table (in out) and
-    sin table, as in _fill_table."""
-    cdef columns c
-    if n_positions < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
-        return CPE_ERR_ARGUMENT
-    if n_positions and (positions == NULL or (width and out == NULL)
-                        or (n_freq and (w_hi == NULL or w_lo == NULL))):
-        return CPE_ERR_ARGUMENT
-    cdef Py_ssize_t limit = _levels_limit(radix, n_levels) if levels != NULL else 0
-    if levels != NULL and (limit == 0 or n_levels < 2):
-        return CPE_ERR_ARGUMENT
-    cdef const double* low = levels
-    cdef const double* middle = NULL
-    if levels != NULL:  # (a conditional expression would be typed void*, without const)
-        middle = levels + 2 * n_freq * radix
-    cdef Py_ssize_t i, d, d0, d1, d2
-    cdef double p, lowest = 0.0, highest = 0.0
-    cdef bint integral = True
-    for i in range(n_positions):
-        p = positions[i]
-        if not isfinite(p):
-            return CPE_ERR_ARGUMENT
-        integral = integral and floor(p) == p
-        if i == 0 or p < lowest:
-            lowest = p
-        if i == 0 or p > highest:
-            highest = p
-    if not _angles_in_range(max(fabs(lowest), fabs(highest)), w_hi, n_freq):
-        return CPE_ERR_RANGE
-
-    cdef digits t
-    cdef rope_rows rope
-    cdef double* pairs
-    cdef bint stream
-    cdef Py_ssize_t span = 0, libm_rows, r
-    if (levels != NULL and integral and -lowest < <double>limit and highest < <double>limit
-            and n_freq):
-        return _fill_from_levels(out, positions, n_positions, width, n_freq, &c,
-                                 levels, radix, n_levels, layout, rope_sin)
-    if integral and highest - lowest < 1099511627776.0:
-        span = <Py_ssize_t>(highest - lowest) + 1
-    # Digit tables pay off when their computed rows are few against the positions.
-    if span and n_freq:
-        r = radix if low != NULL else _radix_for(span)
-        libm_rows = span // (r * r) + 1 + (0 if low != NULL else 2 * r)
-        if 4 * libm_rows <= n_positions:
-            if _digits_init(&t, lowest, span, w_hi, w_lo, n_freq, low, middle, radix,
-                            -1) != CPE_OK:
-                return CPE_ERR_NOMEM
-            stream = rope_sin == NULL and _streaming(out, n_positions, width, sizeof(floating))
-            if _rope_rows_init(&rope, out, rope_sin, n_positions, width,
-                               sizeof(floating)) != CPE_OK:
-                _digits_free(&t)
-                return CPE_ERR_NOMEM
-            for i in range(n_positions):
-                d = <Py_ssize_t>(positions[i] - lowest)
-                d2 = d // (t.radix * t.radix)
-                d1 = (d // t.radix) % t.radix
-                d0 = d % t.radix
-                _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
-                               t.high + 2 * n_freq * d2, n_freq)
-                if rope_sin != NULL:
-                    # The values of _store_product then _rope_split, written once.
-                    _store_rope_product(_rope_row(&rope, out, i, width, False),
-                                        _rope_row(&rope, rope_sin, i, width, True),
-                                        t.low + 2 * n_freq * d0, t.scratch, n_freq, layout)
-                    _rope_row_done(&rope, out, rope_sin, i, n_positions - 1, width)
-                    continue
-                _store_product(out + i * width, t.low + 2 * n_freq * d0, t.scratch, &c, width,
-                               stream)
-            _rope_rows_free(&rope)
-            _digits_free(&t)
-            if stream:
-                cpe_stream_fence()
-            if lowest < 0 and highest >= 0:
-                for i in range(n_positions):
-                    if positions[i] == 0:
-                        _store_origin(out + i * width, &c, width,
-                                      NULL if rope_sin == NULL else rope_sin + i * width,
-                                      layout)
-            return CPE_OK
-
-    pairs = <double*>malloc(sizeof(double) * 2 * (n_freq + 1))
-    if pairs == NULL:
-        return CPE_ERR_NOMEM
-    for i in range(n_positions):
-        _sincos_row(pairs, positions[i], w_hi, w_lo, n_freq)
-        _store_pairs(out + i * width, pairs, &c, width)
-        if rope_sin != NULL:
-            _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
-    free(pairs)
-    return CPE_OK
-
-
-cdef inline void _rope_split(floating* cos_rows, floating* sin_rows, Py_ssize_t n_rows,
-                             Py_ssize_t width, int layout) noexcept nogil:
-    # Rows just written as [sin | cos] (sin_cos) or interleaved (sin, cos) become
-    # RoPE's cos rows, and their sines go twice into the sin rows: the same
-    # copies rope_cos_sin made with NumPy, done while the rows are in cache.
-    cdef Py_ssize_t i, j, half = width // 2
-    cdef floating* c
-    cdef floating* s
-    for i in range(n_rows):
-        c = cos_rows + i * width
-        s = sin_rows + i * width
-        if layout == CPE_LAYOUT_SIN_COS:
-            for j in range(half):
-                s[j] = c[j]
-                s[half + j] = c[j]
-                c[j] = c[half + j]
-        else:
-            for j in range(half):
-                s[2 * j] = c[2 * j]
-                s[2 * j + 1] = c[2 * j]
-                c[2 * j] = c[2 * j + 1]
-
-
-cdef inline void _store_origin(floating* row, const columns* c, Py_ssize_t width,
-                               floating* rope_sin, int layout) noexcept nogil:
-    """The row of position 0 exactly: sines 0, cosines 1. A row built by angle
-    addition from other positions (p = start + d, start < 0) is only within
-    ~1e-16 of it, and a single position 0 gives it exactly."""
-    cdef Py_ssize_t j
-    for j in range(width):
-        row[j] = 0
-    for j in range(c.n_cos):
-        row[c.cos_at + j * c.cos_step] = 1
-    if rope_sin != NULL:
-        _rope_split(row, rope_sin, 1, width, layout)
-
-
-cdef int _fill_table(floating* out, double start, Py_ssize_t n_rows,
-                     Py_ssize_t width, const double* w_hi, const double* w_lo,
-                     Py_ssize_t n_freq, int layout, const double* levels,
-                     Py_ssize_t radix, Py_ssize_t n_levels,
-                     floating* rope_sin) noexcept nogil:
-    """The table of positions start, start + 1, ...; with rope_sin, RoPE's cos
-    table (in out) and sin table (see _rope_split), for width == 2 n_freq."""
-    cdef columns c
-    if n_rows < 0 or _columns(width, n_freq, layout, &c) != CPE_OK:
-        return CPE_ERR_ARGUMENT
-    if n_rows and ((width and out == NULL) or (n_freq and (w_hi == NULL or w_lo == NULL))):
-        return CPE_ERR_ARGUMENT
-    if levels != NULL and (_levels_limit(radix, n_levels) == 0 or n_levels < 2):
-        return CPE_ERR_ARGUMENT
-    cdef const double* low = levels
-    cdef const double* middle = NULL
-    if levels != NULL:  # (a conditional expression would be typed void*, without const)
-        middle = levels + 2 * n_freq * radix
-    if not (floor(start) == start and -9007199254740992.0 <= start
-            and start + <double>n_rows <= 9007199254740992.0):
-        return CPE_ERR_ARGUMENT
-    if n_rows and not _angles_in_range(max(fabs(start), fabs(start + <double>(n_rows - 1))),
-                                       w_hi, n_freq):
-        return CPE_ERR_RANGE
-    cdef Py_ssize_t i, d0, d1, d2, row0
-    if n_rows == 0 or n_freq == 0:
-        for i in range(n_rows):
-            _store_pairs(out + i * width, NULL, &c, width)
-        return CPE_OK
-
-    cdef double* pairs
-    cdef Py_ssize_t r = _radix_for(n_rows)
-    if low == NULL and 2 * r + (n_rows + r * r - 1) // (r * r) >= n_rows:
-        # So few rows that digit tables would compute more rows than they save.
-        pairs = <double*>malloc(sizeof(double) * 2 * n_freq)
-        if pairs == NULL:
-            return CPE_ERR_NOMEM
-        for i in range(n_rows):
-            _sincos_row(pairs, start + <double>i, w_hi, w_lo, n_freq)
-            _store_pairs(out + i * width, pairs, &c, width)
-            if rope_sin != NULL:
-                _rope_split(out + i * width, rope_sin + i * width, 1, width, layout)
-        free(pairs)
-        return CPE_OK
-
-    cdef digits t
-    cdef bint stream = rope_sin == NULL and _streaming(out, n_rows, width, sizeof(floating))
-    cdef rope_rows rope
-    if _rope_rows_init(&rope, out, rope_sin, n_rows, width, sizeof(floating)) != CPE_OK:
-        return CPE_ERR_NOMEM
-    cdef Py_ssize_t offset = -1
-    if stream and c.sin_step == 2:
-        offset = _stream_offset(out, width, sizeof(floating))
-    if _digits_init(&t, start, n_rows, w_hi, w_lo, n_freq, low, middle, radix,
-                    offset) != CPE_OK:
-        _rope_rows_free(&rope)
-        return CPE_ERR_NOMEM
-    radix = t.radix
-    for d2 in range(t.n_high):
-        for d1 in range(radix):
-            row0 = (d2 * radix + d1) * radix
-            if row0 >= n_rows:
-                break
-            _product_pairs(t.scratch, t.middle + 2 * n_freq * d1,
-                           t.high + 2 * n_freq * d2, n_freq)
-            if rope_sin == NULL:
-                for d0 in range(min(radix, n_rows - row0)):
-                    _store_product(out + (row0 + d0) * width, t.low + 2 * n_freq * d0,
-                                   t.scratch, &c, width, stream)
-                continue
-            for d0 in range(min(radix, n_rows - row0)):
-                i = row0 + d0
-                _store_rope_product(_rope_row(&rope, out, i, width, False),
-                                    _rope_row(&rope, rope_sin, i, width, True),
-                                    t.low + 2 * n_freq * d0, t.scratch, n_freq, layout)
-                _rope_row_done(&rope, out, rope_sin, i, n_rows - 1, width)
-    _digits_free(&t)
-    _rope_rows_free(&rope)
-    if stream:
-        cpe_stream_fence()
-    if start <= 0 and start + <double>n_rows > 0:
-        i = <Py_ssize_t>(-start)
-        _store_origin(out + i * width, &c, width,
-                      NULL if rope_sin == NULL else rope_sin + i * width, layout)
-    return CPE_OK
-
-
-# ---- the exported, one-per-dtype entry points ----
-
-cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
-                            Py_ssize_t width, const double* w_hi, const double* w_lo,
-                            Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, 0, 0, NULL)
-
-
-cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
-                            Py_ssize_t width, const double* w_hi, const double* w_lo,
-                            Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           NULL, 0, 0, NULL)
+cdef inline bint _encoding_layout(int layout) noexcept nogil:
+    return (layout == CPE_LAYOUT_INTERLEAVED or layout == CPE_LAYOUT_SIN_COS
+            or layout == CPE_LAYOUT_COS_SIN)
 
 
 cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0, NULL)
+    if not _encoding_layout(layout):
+        return CPE_ERR_ARGUMENT
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t width, const double* w_hi, const double* w_lo,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL, 0, 0, NULL)
+    if not _encoding_layout(layout):
+        return CPE_ERR_ARGUMENT
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL)
 
 
-cdef int fill_positions_levels_f64(double* out, const double* positions,
-                                   Py_ssize_t n_positions, Py_ssize_t width,
-                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* levels, Py_ssize_t radix,
-                                   Py_ssize_t n_levels) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           levels, radix, n_levels, NULL)
+cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil:
+    if not _encoding_layout(layout) or (n_positions and positions == NULL):
+        return CPE_ERR_ARGUMENT
+    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, layout,
+                 NULL)
 
 
-cdef int fill_positions_levels_f32(float* out, const double* positions,
-                                   Py_ssize_t n_positions, Py_ssize_t width,
-                                   const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                                   int layout, const double* levels, Py_ssize_t radix,
-                                   Py_ssize_t n_levels) noexcept nogil:
-    return _fill_positions(out, positions, n_positions, width, w_hi, w_lo, n_freq, layout,
-                           levels, radix, n_levels, NULL)
+cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
+                            Py_ssize_t width, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n_freq, int layout) noexcept nogil:
+    if not _encoding_layout(layout) or (n_positions and positions == NULL):
+        return CPE_ERR_ARGUMENT
+    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, layout,
+                 NULL)
 
 
-cdef int fill_table_levels_f64(double* out, double start, Py_ssize_t n_rows,
-                               Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* levels,
-                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       levels, radix, n_levels, NULL)
-
-
-cdef int fill_table_levels_f32(float* out, double start, Py_ssize_t n_rows,
-                               Py_ssize_t width, const double* w_hi, const double* w_lo,
-                               Py_ssize_t n_freq, int layout, const double* levels,
-                               Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    return _fill_table(out, start, n_rows, width, w_hi, w_lo, n_freq, layout,
-                       levels, radix, n_levels, NULL)
-
-
-cdef inline int _rope_layout(Py_ssize_t head_dim, bint interleaved) noexcept nogil:
-    """The encoding layout the RoPE kernels split (see _rope_split), or -1 when
-    head_dim is not even and >= 2."""
+cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
+                       double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
+                       const double* w_hi, const double* w_lo, bint interleaved) noexcept nogil:
     if head_dim < 2 or head_dim % 2:
-        return -1
-    return CPE_LAYOUT_INTERLEAVED if interleaved else CPE_LAYOUT_SIN_COS
-
-
-cdef inline int _fill_rope_table(floating* cos_out, floating* sin_out, double start,
-                                 Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                                 const double* w_lo, bint interleaved, const double* levels,
-                                 Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    cdef int layout = _rope_layout(head_dim, interleaved)
-    if layout < 0 or (n_rows and (cos_out == NULL or sin_out == NULL)):
         return CPE_ERR_ARGUMENT
-    return _fill_table(cos_out, start, n_rows, head_dim, w_hi, w_lo, head_dim // 2, layout,
-                       levels, radix, n_levels, sin_out)
+    return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
+                 head_dim // 2,
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)
 
 
-cdef int fill_rope_table_f64(double* cos_out, double* sin_out, double start,
-                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                             const double* w_lo, bint interleaved, const double* levels,
-                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    return _fill_rope_table(cos_out, sin_out, start, n_rows, head_dim, w_hi, w_lo,
-                            interleaved, levels, radix, n_levels)
-
-
-cdef int fill_rope_table_f32(float* cos_out, float* sin_out, double start,
-                             Py_ssize_t n_rows, Py_ssize_t head_dim, const double* w_hi,
-                             const double* w_lo, bint interleaved, const double* levels,
-                             Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    return _fill_rope_table(cos_out, sin_out, start, n_rows, head_dim, w_hi, w_lo,
-                            interleaved, levels, radix, n_levels)
-
-
-cdef inline int _fill_rope_positions(floating* cos_out, floating* sin_out,
-                                     const double* positions, Py_ssize_t n_positions,
-                                     Py_ssize_t head_dim, const double* w_hi,
-                                     const double* w_lo, bint interleaved, const double* levels,
-                                     Py_ssize_t radix, Py_ssize_t n_levels) noexcept nogil:
-    cdef int layout = _rope_layout(head_dim, interleaved)
-    if layout < 0 or (n_positions and (cos_out == NULL or sin_out == NULL)):
+cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
+                       double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
+                       const double* w_hi, const double* w_lo, bint interleaved) noexcept nogil:
+    if head_dim < 2 or head_dim % 2:
         return CPE_ERR_ARGUMENT
-    return _fill_positions(cos_out, positions, n_positions, head_dim, w_hi, w_lo, head_dim // 2,
-                           layout, levels, radix, n_levels, sin_out)
-
-
-cdef int fill_rope_positions_f64(double* cos_out, double* sin_out, const double* positions,
-                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
-                                 const double* w_hi, const double* w_lo, bint interleaved,
-                                 const double* levels, Py_ssize_t radix,
-                                 Py_ssize_t n_levels) noexcept nogil:
-    return _fill_rope_positions(cos_out, sin_out, positions, n_positions, head_dim, w_hi, w_lo,
-                                interleaved, levels, radix, n_levels)
-
-
-cdef int fill_rope_positions_f32(float* cos_out, float* sin_out, const double* positions,
-                                 Py_ssize_t n_positions, Py_ssize_t head_dim,
-                                 const double* w_hi, const double* w_lo, bint interleaved,
-                                 const double* levels, Py_ssize_t radix,
-                                 Py_ssize_t n_levels) noexcept nogil:
-    return _fill_rope_positions(cos_out, sin_out, positions, n_positions, head_dim, w_hi, w_lo,
-                                interleaved, levels, radix, n_levels)
+    return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
+                 head_dim // 2,
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)

@@ -11,23 +11,13 @@ from cpe.kernels cimport (
     CPE_LAYOUT_INTERLEAVED,
     CPE_LAYOUT_SIN_COS,
     CPE_OK,
-    digit_levels,
-    fill_angle_sum_f32,
-    fill_angle_sum_f64,
-    fill_positions_levels_f32,
-    fill_positions_levels_f64,
-    fill_rope_positions_f32,
-    fill_rope_positions_f64,
-    fill_rope_table_f32,
-    fill_rope_table_f64,
-    fill_table_levels_f32,
-    fill_table_levels_f64,
+    fill_rope_f32,
+    fill_rope_f64,
     fill_positions_f32,
     fill_positions_f64,
     fill_table_f32,
     fill_table_f64,
     frequencies,
-    sincos_row,
 )
 
 CONSTANTS = {
@@ -51,58 +41,6 @@ cdef double* _frequencies(Py_ssize_t width, double base, int* status) noexcept n
         return NULL
     status[0] = frequencies(w, w + n_freq, n_freq, base, width / 2.0, 1.0)
     return w
-
-
-def table_digits(out, double start, Py_ssize_t radix, int layout=CPE_LAYOUT_INTERLEAVED):
-    """fill_table_levels_f64/_f32 with two levels made by digit_levels."""
-    cdef Py_ssize_t n_rows = out.shape[0], width = out.shape[1]
-    cdef Py_ssize_t n_freq = (width + 1) // 2
-    cdef double[:, ::1] out64
-    cdef float[:, ::1] out32
-    cdef int status
-    cdef double* w
-    cdef double* tables = <double*>malloc(sizeof(double) * 4 * n_freq * max(radix, 2))
-    if tables == NULL:
-        raise MemoryError()
-    w = _frequencies(width, 10000.0, &status)
-    if status == CPE_OK and radix >= 2:
-        status = digit_levels(tables, radix, 2, w, w + n_freq, n_freq)
-    if status == CPE_OK:
-        if out.dtype.itemsize == 8:
-            out64 = out
-            with nogil:
-                status = fill_table_levels_f64(&out64[0, 0], start, n_rows, width,
-                                               w, w + n_freq, n_freq, layout, tables,
-                                               radix, 2)
-        else:
-            out32 = out
-            with nogil:
-                status = fill_table_levels_f32(&out32[0, 0], start, n_rows, width,
-                                               w, w + n_freq, n_freq, layout, tables,
-                                               radix, 2)
-    free(w)
-    free(tables)
-    return status
-
-
-def positions_levels_f64(double[:, ::1] out, const double[::1] positions,
-                         Py_ssize_t radix, Py_ssize_t n_levels):
-    cdef Py_ssize_t width = out.shape[1]
-    cdef Py_ssize_t n_freq = (width + 1) // 2
-    cdef int status
-    cdef double* w = _frequencies(width, 10000.0, &status)
-    cdef double* tables = <double*>malloc(sizeof(double) * 2 * n_freq * radix * n_levels)
-    with nogil:
-        if status == CPE_OK:
-            status = digit_levels(tables, radix, n_levels, w, w + n_freq, n_freq)
-        if status == CPE_OK:
-            status = fill_positions_levels_f64(&out[0, 0], &positions[0], positions.shape[0],
-                                               width, w, w + n_freq, n_freq,
-                                               CPE_LAYOUT_INTERLEAVED,
-                                               tables, radix, n_levels)
-    free(w)
-    free(tables)
-    return status
 
 
 # The example of the README's section "Using cpe from Cython", verbatim.
@@ -196,13 +134,19 @@ def table_with_n_freq(double[:, ::1] out, Py_ssize_t n_freq):
     return status
 
 
-def rope_tables(cos, sin, double start, double base, bint interleaved):
-    """fill_rope_table_f64/_f32 on the caller's (n, head_dim) arrays, no levels."""
+def rope_tables(cos, sin, positions, double start, double base, bint interleaved):
+    """fill_rope_f64/_f32 on the caller's (n, head_dim) arrays: the rows of
+    ``positions`` (a float64 array), or of start + i when it is None."""
     cdef double[:, ::1] cos64, sin64
     cdef float[:, ::1] cos32, sin32
+    cdef const double[::1] ids
+    cdef const double* ids_data = NULL
     cdef Py_ssize_t n_rows = cos.shape[0], head_dim = cos.shape[1]
     cdef Py_ssize_t n_freq = head_dim // 2
     cdef int status = CPE_OK
+    if positions is not None:
+        ids = positions
+        ids_data = &ids[0]
     cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
     if w == NULL:
         raise MemoryError()
@@ -210,45 +154,13 @@ def rope_tables(cos, sin, double start, double base, bint interleaved):
     if status == CPE_OK and cos.dtype.itemsize == 8:
         cos64, sin64 = cos, sin
         with nogil:
-            status = fill_rope_table_f64(&cos64[0, 0], &sin64[0, 0], start, n_rows,
-                                         head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
+            status = fill_rope_f64(&cos64[0, 0], &sin64[0, 0], ids_data, start, n_rows,
+                                   head_dim, w, w + n_freq, interleaved)
     elif status == CPE_OK:
         cos32, sin32 = cos, sin
         with nogil:
-            status = fill_rope_table_f32(&cos32[0, 0], &sin32[0, 0], start, n_rows,
-                                         head_dim, w, w + n_freq, interleaved, NULL, 0, 0)
-    free(w)
-    return status
-
-
-def rope_positions(cos, sin, const double[::1] positions, double base, bint interleaved,
-                   bint with_levels):
-    """fill_rope_positions_f64/_f32 on the caller's (n, head_dim) arrays, with
-    the caller's four levels of radix 16 or none."""
-    cdef double[:, ::1] cos64, sin64
-    cdef float[:, ::1] cos32, sin32
-    cdef Py_ssize_t n = positions.shape[0], head_dim = cos.shape[1]
-    cdef Py_ssize_t n_freq = head_dim // 2
-    cdef int status = CPE_OK
-    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq * (1 + 64))
-    if w == NULL:
-        raise MemoryError()
-    cdef double* levels = w + 2 * n_freq if with_levels else NULL
-    status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
-    if status == CPE_OK and with_levels:
-        status = digit_levels(levels, 16, 4, w, w + n_freq, n_freq)
-    if status == CPE_OK and cos.dtype.itemsize == 8:
-        cos64, sin64 = cos, sin
-        with nogil:
-            status = fill_rope_positions_f64(&cos64[0, 0], &sin64[0, 0], &positions[0], n,
-                                             head_dim, w, w + n_freq, interleaved, levels,
-                                             16, 4)
-    elif status == CPE_OK:
-        cos32, sin32 = cos, sin
-        with nogil:
-            status = fill_rope_positions_f32(&cos32[0, 0], &sin32[0, 0], &positions[0], n,
-                                             head_dim, w, w + n_freq, interleaved, levels,
-                                             16, 4)
+            status = fill_rope_f32(&cos32[0, 0], &sin32[0, 0], ids_data, start, n_rows,
+                                   head_dim, w, w + n_freq, interleaved)
     free(w)
     return status
 
@@ -272,9 +184,7 @@ def statuses(bint null_out, bint null_second, double position, double scale,
     cdef double sin64[24]
     cdef float out32[24]
     cdef float sin32[24]
-    cdef double levels[2 * 4 * 16 * 2]
     cdef double positions[3]
-    cdef const double* rows[1]
     cdef int status = frequencies(w, w + 4, 4, 10000.0, 4.0, scale)
     if nan_frequency:
         w[3] = float("nan")
@@ -283,8 +193,6 @@ def statuses(bint null_out, bint null_second, double position, double scale,
     cdef float* o32 = NULL if null_out else out32
     cdef double* s64 = NULL if null_second else sin64
     cdef float* s32 = NULL if null_second else sin32
-    digit_levels(levels, 16, 2, w, w + 4, 4)
-    rows[0] = levels
     result = {"frequencies": status}
     with nogil:
         status = fill_table_f64(o64, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
@@ -301,49 +209,11 @@ def statuses(bint null_out, bint null_second, double position, double scale,
                                     CPE_LAYOUT_INTERLEAVED)
     result["fill_positions_f32"] = status
     with nogil:
-        status = fill_table_levels_f64(o64, position, 3, 8, w, w + 4, 4,
-                                       CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
-    result["fill_table_levels_f64"] = status
+        status = fill_rope_f64(o64, s64, NULL, position, 3, 8, w, w + 4, False)
+    result["fill_rope_f64"] = status
     with nogil:
-        status = fill_table_levels_f32(o32, position, 3, 8, w, w + 4, 4,
-                                       CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
-    result["fill_table_levels_f32"] = status
-    with nogil:
-        status = fill_positions_levels_f64(o64, positions, 3, 8, w, w + 4, 4,
-                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
-    result["fill_positions_levels_f64"] = status
-    with nogil:
-        status = fill_positions_levels_f32(o32, positions, 3, 8, w, w + 4, 4,
-                                           CPE_LAYOUT_INTERLEAVED, levels, 16, 2)
-    result["fill_positions_levels_f32"] = status
-    with nogil:
-        status = fill_rope_table_f64(o64, s64, position, 3, 8, w, w + 4, False,
-                                     NULL, 0, 0)
-    result["fill_rope_table_f64"] = status
-    with nogil:
-        status = fill_rope_table_f32(o32, s32, position, 3, 8, w, w + 4, False,
-                                     NULL, 0, 0)
-    result["fill_rope_table_f32"] = status
-    with nogil:
-        status = fill_rope_positions_f64(o64, s64, positions, 3, 8, w, w + 4, False,
-                                         NULL, 0, 0)
-    result["fill_rope_positions_f64"] = status
-    with nogil:
-        status = fill_rope_positions_f32(o32, s32, positions, 3, 8, w, w + 4, False,
-                                         NULL, 0, 0)
-    result["fill_rope_positions_f32"] = status
-    with nogil:
-        status = fill_angle_sum_f64(o64, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
-    result["fill_angle_sum_f64"] = status
-    with nogil:
-        status = fill_angle_sum_f32(o32, 8, 4, CPE_LAYOUT_INTERLEAVED, rows, 1, False)
-    result["fill_angle_sum_f32"] = status
-    with nogil:
-        status = sincos_row(o64, position, w, w + 4, 4)
-    result["sincos_row"] = status
-    with nogil:
-        status = digit_levels(o64, 2, 1, w, w + 4, 4)
-    result["digit_levels"] = status
+        status = fill_rope_f32(o32, s32, positions, position, 3, 8, w, w + 4, False)
+    result["fill_rope_f32"] = status
     return result
 
 

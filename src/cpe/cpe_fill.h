@@ -1,0 +1,83 @@
+/* What cpe._core shares with cpe.kernels beyond the public C API (kernels.pxd):
+ * the digit levels an encoding keeps between calls, and the one fill loop that
+ * reads them, reached through the capsule cpe.kernels._fill_api. Private: its
+ * layout may change with any release, as the caches do.
+ *
+ * An integer position p is written as |p| = H + sum_k d_k R**k (k < n_levels,
+ * 0 <= d_k < R = 2**shift, H a multiple of R**n_levels), and its row is the
+ * product of the rows (sin, cos)(H w) and (sin, cos)(d_k R**k w), highest first.
+ * The level rows depend on (k, d) and the frequencies alone; the shape of the
+ * levels depends on the number of frequencies alone. So the bits of a position
+ * never depend on the call that asks for it.
+ */
+#ifndef CPE_FILL_H
+#define CPE_FILL_H
+
+#include <Python.h>
+
+/* Row k * radix + d of rows holds (sin, cos)(d radix**k w) as a pair row (n_freq
+ * sines, then n_freq cosines) once state[k * radix + d] is CPE_ROW_READY. */
+typedef struct {
+    double *rows;
+    char *state;
+    Py_ssize_t radix;
+    int shift;
+    int n_levels;
+} cpe_levels;
+
+enum { CPE_ROW_EMPTY = 0, CPE_ROW_BUSY = 1, CPE_ROW_READY = 2 };
+
+/* The RoPE layouts of the fill loop (after the encoding layouts of kernels.pxd):
+ * two outputs, cos and sin, each value twice. */
+enum { CPE_LAYOUT_ROPE_HALF = 3, CPE_LAYOUT_ROPE_INTERLEAVED = 4 };
+
+/* The shape of the levels of n_freq frequencies: up to 64 (D <= 128 in the
+ * paper's layout) two levels of 256 rows, one product for |p| < 65536; else
+ * four levels of 32, at most three products for |p| < 2**20. */
+static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *shift,
+                                   int *n_levels) {
+    if (n_freq <= 64) {
+        *radix = 256, *shift = 8, *n_levels = 2;
+    } else {
+        *radix = 32, *shift = 5, *n_levels = 4;
+    }
+}
+
+/* out[i] (and sin_out[i] for the RoPE layouts) encodes positions[i], or start + i
+ * when positions is NULL. levels may be NULL: the loop then makes what it needs. */
+typedef int (*cpe_fill_f64_t)(double *out, double *sin_out, const double *positions,
+                              double start, Py_ssize_t n, Py_ssize_t width,
+                              const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
+                              int layout, cpe_levels *levels);
+typedef int (*cpe_fill_f32_t)(float *out, float *sin_out, const double *positions,
+                              double start, Py_ssize_t n, Py_ssize_t width,
+                              const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
+                              int layout, cpe_levels *levels);
+
+typedef struct {
+    cpe_fill_f64_t fill_f64;
+    cpe_fill_f32_t fill_f32;
+} cpe_fill_api;
+
+#define CPE_FILL_CAPSULE "cpe.kernels._fill_api"
+
+/* Row states, published with release/acquire order: a thread that sees a row
+ * ready also sees its values (free-threaded builds, several fills at once). */
+#if defined(_MSC_VER)
+#include <intrin.h>
+static __inline char cpe_state_get(char *s) { return _InterlockedOr8(s, 0); }
+static __inline void cpe_state_set(char *s, char v) { _InterlockedExchange8(s, v); }
+static __inline int cpe_state_claim(char *s) {
+    return _InterlockedCompareExchange8(s, CPE_ROW_BUSY, CPE_ROW_EMPTY) == CPE_ROW_EMPTY;
+}
+#else
+static inline char cpe_state_get(char *s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
+static inline void cpe_state_set(char *s, char v) { __atomic_store_n(s, v, __ATOMIC_RELEASE); }
+static inline int cpe_state_claim(char *s) {
+    char expected = CPE_ROW_EMPTY;
+    return __atomic_compare_exchange_n(s, &expected, CPE_ROW_BUSY, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
+#endif
+
+#endif /* CPE_FILL_H */
