@@ -3,7 +3,7 @@
 Each input is decoded by a FuzzedDataProvider into one call: a function from
 tests/call_specs.py's SPECS, a mode (all arguments valid / one hostile / all
 hostile) and the arguments themselves, built by the same makers as the property
-tests. tests/contract.py then checks it: a result must match cpe._reference, an
+tests. tests/contract.py then checks it: a result must match tests/reference.py, an
 error must be TypeError/ValueError/OverflowError/MemoryError naming the argument,
 a rejected out= must be unchanged, a valid call must succeed, and no warning may
 escape. Any other outcome, or a crash, is a finding: atheris prints it and saves

@@ -10,7 +10,7 @@ and fuzz/fuzz_cpe.py) builds its calls from the two tables here:
 A new keyword is one ``PARAMETERS`` line plus its name in the ``keywords`` of the
 functions that take it; a new function is one ``SPECS`` line (and
 ``test_every_public_function_has_a_call_spec`` fails until it exists). The oracle
-``cpe._reference`` is called with the same names.
+``tests/reference.py`` is called with the same names.
 
 Values are drawn through a ``Chooser`` so that the same makers serve Hypothesis
 (shrinkable draws), atheris (a FuzzedDataProvider) and seeded ``random`` (threads,
@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 import cpe
-from cpe import _reference
+import reference as _reference
 from cpe._conventions import CONVENTIONS
 
 T = TypeVar("T")
@@ -699,7 +699,7 @@ class Parameter:
     valid: Callable[[Chooser], Any]  # a value every call must accept
     hostile: Callable[[Chooser], Any]  # any value, valid ones included
     words: tuple[str, ...]  # an error about this argument names one of these
-    to_oracle: Callable[[Any], Any] | None  # how cpe._reference takes it (None: not at all)
+    to_oracle: Callable[[Any], Any] | None  # how tests/reference.py takes it (None: not at all)
 
 
 def _as_float64(position: Any) -> np.ndarray:
@@ -946,7 +946,7 @@ def _multiple(D: int, k: int) -> int:
 
 @dataclass(frozen=True)
 class CallSpec:
-    name: str  # in cpe and in cpe._reference
+    name: str  # in cpe and in tests/reference.py
     positional: tuple[str, ...]
     keywords: tuple[str, ...]  # keyword-only, besides dtype and out
     shape: Callable[[Mapping[str, Any]], tuple[int, ...]]  # of the output, from oracle arguments

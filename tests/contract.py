@@ -6,7 +6,7 @@ rejected ``out=`` is left byte for byte as it was, and a result never writes
 outside its ``out=``. Inputs are never modified. Anything else (another exception,
 a warning escaping, a wrong value, a crash) breaks the contract.
 
-Results are compared with the oracle ``cpe._reference`` (plain NumPy, float64):
+Results are compared with the oracle ``tests/reference.py`` (plain NumPy, float64):
 within ``8e-15 * max(1, |angle| * angle_factor)``, i.e. ``1e-15 * max(1, |p|) * 8``
 for ``base >= 1``; float32/float16 results must equal the float64 result cast.
 """
@@ -143,7 +143,7 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
         error = np.abs(as_f64 - expected)[finite]
         bound = tolerance(spec, oracle_args)
         worst = float(error.max()) if error.size else 0.0
-        assert worst <= bound, f"error {worst:.3e} exceeds {bound:.3e} vs cpe._reference"
+        assert worst <= bound, f"error {worst:.3e} exceeds {bound:.3e} vs tests/reference.py"
 
 
 def check_call(

@@ -1,6 +1,6 @@
 """Every convention in use, from the same kernels, against independent formulas.
 
-``cpe._reference`` holds a NumPy transcription of each original function; the
+``tests/reference.py`` holds a NumPy transcription of each original function; the
 README's table of conventions is parsed here and every row is executed.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cpe
-from cpe import _reference as ref
+import reference as ref
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 

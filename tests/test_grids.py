@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import cpe
+import reference as ref
 from buffers import fresh, on_line
-from cpe import _reference as ref
 
 
 def close(got, expected, max_angle):

@@ -1,6 +1,6 @@
 """Property tests: every public function, driven with arbitrary arguments, keeps the contract.
 
-The contract (tests/contract.py): return the right result (oracle cpe._reference),
+The contract (tests/contract.py): return the right result (oracle tests/reference.py),
 or raise TypeError/ValueError/OverflowError/MemoryError naming the argument at
 fault, leaving a rejected out= byte for byte unchanged and the inputs untouched.
 The calls come from the tables in tests/call_specs.py.

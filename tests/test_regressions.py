@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import cpe
+import reference as ref
 from buffers import on_line
-from cpe import _reference as ref
 
 
 def test_subnormal_base_gives_finite_accurate_frequencies():

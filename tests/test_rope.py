@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cpe
-from cpe import _reference as ref
+import reference as ref
 
 
 def close(got, expected, max_angle):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cpe
-from cpe import _reference
+import reference as _reference
 
 
 # The oracle rounds w_j before multiplying: |error| <= ~1e-16 * |p| * 8.

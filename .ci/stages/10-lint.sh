@@ -45,7 +45,7 @@ check "ruff check" ruff check --no-cache --output-format concise .
 ruff format --check --no-cache . >/dev/null || { ruff format --diff --no-cache . >&2; echo "ruff format: FAILED" >&2; exit 1; }
 echo "ruff format: clean"
 check "cython-lint" cython-lint src/cpe/*.pyx src/cpe/*.pxd tests/cython_example/*.pyx
-# mypy checks src/cpe as a package: the stubs, __init__, _version and _reference.
+# mypy checks src/cpe as a package: the stubs, __init__, _version, the Python modules.
 mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
 echo "mypy --strict: clean"
 

@@ -113,14 +113,14 @@ for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST
                  "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/cpe_rows.h",
                  "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h", "src/cpe/_fill.pxd",
                  "src/cpe/py.typed",
-                 "src/cpe/_reference.py", "src/cpe/_version.py", "tests/conftest.py",
+                 "tests/reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",
                  "tests/capi_signatures.json", "tests/cython_example/downstream.pyx",
-                 "tests/cython_example/setup.py", "docs/heatmap.png"]:
+                 "tests/cython_example/setup.py", "docs/heatmap.png", "docs/c-api.md"]:
     if required not in sdist_files:
         problems.append(f"sdist: missing {required}")
 for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/kernels.pyi", "cpe/py.typed",
-                 "cpe/_reference.py", "cpe/_version.py"]:
+                 "cpe/_version.py"]:
     if required not in wheel_files:
         problems.append(f"wheel: missing {required}")
 for module in ("_core", "kernels"):
@@ -187,6 +187,7 @@ run_suite() {
     mkdir -p "$outside"
     cp -r "$root/tests" "$outside/tests"
     cp "$root/README.md" "$outside/README.md"  # test_docs runs the README examples too
+    cp -r "$root/docs" "$outside/docs"  # test_cimport compares docs/c-api.md's example
     (
         cd "$outside"
         # shellcheck disable=SC2086  # SUITE_IGNORE is split into its options

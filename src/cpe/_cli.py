@@ -10,21 +10,16 @@ import os
 import pathlib
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 import cpe
+from cpe._argparse import OneLineErrorParser
 from cpe._conventions import CONVENTIONS
 
 PLOT_HINT = "cpe plot needs matplotlib: pip install matplotlib"
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, no usage dump: the usage is one `--help` away.
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _position(part: str) -> int | float:

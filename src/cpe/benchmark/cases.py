@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 import cpe
-from cpe import _reference
 from cpe.benchmark.timing import Competitor, Group, Ratio
 from cpe.benchmark.usual_numpy import (
+    mae_2d,
     numpy_positions,
     numpy_rope,
     numpy_rope_positions,
@@ -325,7 +325,7 @@ def grid_group(size: int, D: int) -> Group:
 
     The argument is the number of class tokens (0 or 1), which MAE supports too.
     """
-    names = {"cpe_grid": cpe.sincos_2d, "mae_2d": _reference.mae_2d, "np_empty": np.empty}
+    names = {"cpe_grid": cpe.sincos_2d, "mae_2d": mae_2d, "np_empty": np.empty}
     names.update({"size": size, "D": D})
     competitors = [
         Competitor(CPE, "cpe", "cpe_grid(size, size, D, extra_tokens=arg)"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from cpe.benchmark.cases import CPE, NUMPY
 from cpe.benchmark.cold import KINDS as COLD_KINDS
 from cpe.benchmark.cold import MODES, ColdResult
-from cpe.benchmark.targets import TargetCheck
 from cpe.benchmark.timing import MIN_SAMPLE_NS, GroupResult
 
 JSON_SCHEMA = "cpe-benchmark/1"
@@ -88,6 +88,27 @@ def _cold_section(kind: str, cold: list[ColdResult]) -> str:
     what = "single vector" if kind == "single" else "table (n x D)"
     title = f"{what} cold, float64: one call per fresh process, median of {processes}"
     return _table(title, sizes, rows)
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One target: a measured ratio compared with ``threshold`` (>= or <=)."""
+
+    description: str
+    threshold: float
+    at_least: bool  # True: met when measured >= threshold; False: when <=
+    measured: float | None  # None: not measured
+    spread: str = ""  # how the measured value varied, in words
+
+    @property
+    def met(self) -> bool | None:
+        if self.measured is None:
+            return None
+        return self.measured >= self.threshold if self.at_least else self.measured <= self.threshold
+
+    @property
+    def goal(self) -> str:
+        return f"{'>=' if self.at_least else '<='} {self.threshold:g}"
 
 
 def _targets_section(targets: list[TargetCheck]) -> str:

@@ -79,3 +79,24 @@ def numpy_rope_positions(
     freqs = np.asarray(position_ids).astype(dtype)[..., np.newaxis] * inv_freq.astype(dtype)
     emb = np.concatenate((freqs, freqs), axis=-1)
     return np.cos(emb), np.sin(emb)
+
+
+def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArray[np.float64]:
+    """MAE ``get_2d_sincos_pos_embed`` (square grids only, as in MAE)."""
+
+    def embed_1d(dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        omega = np.arange(dim // 2, dtype=np.float64)
+        omega /= dim / 2.0
+        omega = 1.0 / 10000**omega
+        out = np.einsum("m,d->md", pos.reshape(-1), omega)
+        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+    grid_h = np.arange(grid_size, dtype=np.float64)
+    grid_w = np.arange(grid_size, dtype=np.float64)
+    grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
+    emb = np.concatenate(
+        [embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1
+    )
+    if cls_token:
+        emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
+    return emb

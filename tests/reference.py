@@ -1,4 +1,4 @@
-"""Plain NumPy oracle of every public function: slow, obvious, for tests and docs.
+"""Plain NumPy oracle of every public function: slow, obvious, for the tests.
 
 It follows the definition literally in float64 and so carries NumPy's usual
 rounding (about 1e-16 * |p * w_j|); accuracy is checked against mpmath instead.
@@ -10,6 +10,9 @@ import numpy as np
 import numpy.typing as npt
 
 from cpe._conventions import CONVENTIONS
+from cpe.benchmark.usual_numpy import mae_2d
+
+__all__ = ["mae_2d"]  # MAE's code, which the benchmark also runs
 
 
 def frequencies(D: int, base: float = 10000.0) -> npt.NDArray[np.float64]:
@@ -205,27 +208,6 @@ def encoding(
 
 
 # ---- grids and rotary tables, transcribed from their originals ----
-
-
-def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArray[np.float64]:
-    """MAE ``get_2d_sincos_pos_embed`` (square grids only, as in MAE)."""
-
-    def embed_1d(dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        omega = np.arange(dim // 2, dtype=np.float64)
-        omega /= dim / 2.0
-        omega = 1.0 / 10000**omega
-        out = np.einsum("m,d->md", pos.reshape(-1), omega)
-        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
-
-    grid_h = np.arange(grid_size, dtype=np.float64)
-    grid_w = np.arange(grid_size, dtype=np.float64)
-    grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
-    emb = np.concatenate(
-        [embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1
-    )
-    if cls_token:
-        emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
-    return emb
 
 
 def _diffusers_1d(embed_dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -1,13 +1,15 @@
 """The performance issue's targets, checked against the measured ratios.
 
+They live beside the results, outside the installed package: ``python
+benchmarks/bench.py`` prints them after the report; ``cpe bench`` reports the
+measurements alone.
+
 This is a report, not a gate: a target not met is printed as such and never
 changes the exit status. A target whose competitor did not run (PyTorch not
 installed) is listed as not measured rather than dropped.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from cpe.benchmark.cases import (
     CPE,
@@ -22,31 +24,11 @@ from cpe.benchmark.cases import (
     TORCH,
 )
 from cpe.benchmark.cold import ColdResult
+from cpe.benchmark.report import TargetCheck
 from cpe.benchmark.timing import GroupResult, Ratio
 
 # Tables at least this large (MiB) are memory-bound: they are held to the floors.
 LARGE_TABLE_MIB = 32
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """One target: a measured ratio compared with ``threshold`` (>= or <=)."""
-
-    description: str
-    threshold: float
-    at_least: bool  # True: met when measured >= threshold; False: when <=
-    measured: float | None  # None: not measured
-    spread: str = ""  # how the measured value varied, in words
-
-    @property
-    def met(self) -> bool | None:
-        if self.measured is None:
-            return None
-        return self.measured >= self.threshold if self.at_least else self.measured <= self.threshold
-
-    @property
-    def goal(self) -> str:
-        return f"{'>=' if self.at_least else '<='} {self.threshold:g}"
 
 
 def _ratio_target(
