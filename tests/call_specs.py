@@ -495,7 +495,7 @@ def valid_rope_n(c: Chooser) -> Any:
 
 def hostile_rope_n(c: Chooser) -> Any:
     # Anything that is not an integer count is taken for position ids, whose
-    # errors say "n (the positions): ...".
+    # errors name "n (the positions)".
     return one_of(
         c,
         valid_rope_n,

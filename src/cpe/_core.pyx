@@ -90,7 +90,8 @@ def _level_shape(Py_ssize_t n_freq):
 
 # ---- argument checks: each names the argument and what was expected ----
 
-cdef Py_ssize_t _as_count(value, str name, Py_ssize_t minimum) except -1:
+cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
+    """``value`` as an int ``>= minimum``, or a TypeError/ValueError naming it."""
     if type(value) is int:  # the common case, without the generic checks
         count = value
     elif isinstance(value, (bool, np.bool_)):
@@ -107,7 +108,8 @@ cdef Py_ssize_t _as_count(value, str name, Py_ssize_t minimum) except -1:
     return count
 
 
-cdef double _as_real(value, str name) except? -1.0:
+cpdef double as_real(value, str name) except? -1.0:
+    """``value`` as a finite float, or a TypeError/ValueError naming it."""
     cdef double x
     if isinstance(value, float):  # float and its subclasses (np.float64): no checks
         x = value
@@ -132,8 +134,9 @@ cdef double _as_real(value, str name) except? -1.0:
     return x
 
 
-cdef double _as_base(base) except? -1.0:
-    cdef double b = _as_real(base, "base")
+cpdef double as_base(base) except? -1.0:
+    """``base`` as a finite float ``> 0``."""
+    cdef double b = as_real(base, "base")
     if b <= 0.0:
         raise ValueError(f"base must be > 0, got {b!r}")
     return b
@@ -153,7 +156,7 @@ cdef dict _DTYPE_NAMES = _dtype_names()
 cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
 
 
-cdef object _as_dtype(dtype):
+cpdef object as_dtype(dtype):
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
         return dtype
     if type(dtype) is str:
@@ -181,7 +184,7 @@ cdef object _as_dtype(dtype):
     raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
 
 
-cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
+cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1:
     """Bools in a list or tuple of positions, which numpy.asarray would turn into
     0/1 without a word, and masked arrays (their masks would be dropped); with
     ``to_float`` (asarray made floats), integers beyond 2**53, which it rounded.
@@ -202,33 +205,33 @@ cdef int _check_sequence(sequence, int depth, bint to_float) except -1:
                                                      &overflow)
                 if overflow or not (-_EXACT_LIMIT <= value <= _EXACT_LIMIT):
                     raise ValueError(
-                        f"position must be integers of magnitude <= 2**53, got {item}")
+                        f"{name} must be integers of magnitude <= 2**53, got {item}")
         elif isinstance(item, (list, tuple)):
-            _check_sequence(item, depth + 1, to_float)
+            _check_sequence(item, depth + 1, to_float, name)
         elif isinstance(item, (float, np.floating)):
             continue
         elif isinstance(item, (bool, np.bool_)):
-            raise TypeError("position must be real numbers, got a bool in the sequence")
+            raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
         elif isinstance(item, (int, np.integer)):
             if to_float and abs(int(item)) > _EXACT_INTEGER_LIMIT:
-                raise ValueError(f"position must be integers of magnitude <= 2**53, got {item}")
+                raise ValueError(f"{name} must be integers of magnitude <= 2**53, got {item}")
         elif isinstance(item, np.ndarray):
-            _reject_masked(item)
+            _reject_masked(item, name)
             if item.dtype.kind == "b":
-                raise TypeError("position must be real numbers, got a bool in the sequence")
+                raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
             if to_float and item.dtype.kind in "iu" and item.size and (
                     abs(int(item)) > _EXACT_INTEGER_LIMIT if item.ndim == 0 else
                     item.max() > _EXACT_INTEGER_LIMIT or item.min() < -_EXACT_INTEGER_LIMIT):
-                raise ValueError("position must be integers of magnitude <= 2**53")
+                raise ValueError(f"{name} must be integers of magnitude <= 2**53")
         elif _array_like(item):
             # Converted by NumPy unchecked (their bools, their integers beyond
             # 2**53, their masks): refused.
             raise TypeError(
-                "position must be real numbers: a list or tuple of positions may hold "
+                f"{name} must be real numbers: a list or tuple of positions may hold "
                 f"numbers, sequences and NumPy arrays, got {kind.__name__} (convert it "
                 "with numpy.asarray first)")
         elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
-            _check_sequence(item, depth + 1, to_float)  # range, deque, ...
+            _check_sequence(item, depth + 1, to_float, name)  # range, deque, ...
         # Anything else (None, str, complex) makes an array that the dtype check refuses.
     return 0
 
@@ -242,41 +245,41 @@ cdef bint _array_like(item):
             or hasattr(item, "__array_interface__") or hasattr(item, "__array_struct__"))
 
 
-cdef object _reject_masked(position):
+cdef object _reject_masked(position, str name):
     # The mask of masked positions would be ignored (np.asarray drops it). (A
     # masked out= is filled whole, and keeps its mask.)
     masked = sys.modules.get("numpy.ma")
     if masked is not None and isinstance(position, masked.MaskedArray):
-        raise TypeError("position must not be a masked array: its mask would be ignored "
-                        "(use position.filled(...) or position.compressed())")
+        raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
+                        "(use {name}.filled(...) or {name}.compressed())")
 
 
-cdef object _position_array(position):
+cdef object _position_array(position, str name):
     """Positions as an array of real numbers, neither scanned nor copied yet."""
     if isinstance(position, (bool, np.bool_)):
-        raise TypeError("position must be a real number or an array of them, got bool")
+        raise TypeError(f"{name} must be a real number or an array of them, got bool")
     if isinstance(position, int) and abs(position) > _EXACT_INTEGER_LIMIT:
-        raise ValueError(f"position must be an integer of magnitude <= 2**53, got {position}")
-    _reject_masked(position)
+        raise ValueError(f"{name} must be an integer of magnitude <= 2**53, got {position}")
+    _reject_masked(position, name)
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
-        raise TypeError(f"position must be a real number or an array of them: {exc}") from None
+        raise TypeError(f"{name} must be a real number or an array of them: {exc}") from None
     kind = arr.dtype.kind
     if isinstance(position, (list, tuple)):
-        _check_sequence(position, 1, kind == "f")
+        _check_sequence(position, 1, kind == "f", name)
     if kind == "b":
-        raise TypeError("position must be a real number or an array of them, got bool")
+        raise TypeError(f"{name} must be a real number or an array of them, got bool")
     if kind not in "iuf":
         raise TypeError(
-            f"position must be a real number or an array of them, got dtype {arr.dtype}")
+            f"{name} must be a real number or an array of them, got dtype {arr.dtype}")
     if arr.ndim >= _MAX_NDIM:
-        raise ValueError(f"position has {arr.ndim} dimensions: the output needs one more, "
+        raise ValueError(f"{name} has {arr.ndim} dimensions: the output needs one more, "
                          f"and NumPy allows {_MAX_NDIM}")
     return arr
 
 
-cdef object _positions_float64(arr):
+cdef object _positions_float64(arr, str name):
     """The positions as a C-contiguous float64 array of cpe's own; integers must
     be exact.
 
@@ -305,7 +308,7 @@ cdef object _positions_float64(arr):
     # more than the rest of a call for a few positions).
     if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
         if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
-            raise ValueError("position must be integers of magnitude <= 2**53")
+            raise ValueError(f"{name} must be integers of magnitude <= 2**53")
     return pos
 
 
@@ -428,10 +431,11 @@ cdef tuple _dims(cnp.ndarray array):
     return tuple([cnp.PyArray_DIM(array, k) for k in range(cnp.PyArray_NDIM(array))])
 
 
-cdef object _prepare_out(out, tuple shape, dt, str sizes):
+cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
     """The array to return: ``out`` after checking it, or a new one.
 
-    ``sizes`` names the arguments that set the shape, for the error messages.
+    ``sizes`` names the arguments that set the shape, ``name`` the array, for the
+    error messages.
     ``out`` is checked from its C-level fields (dims, descr, flags): the kernels
     write through its data pointer, whatever its Python attributes claim.
     """
@@ -441,18 +445,18 @@ cdef object _prepare_out(out, tuple shape, dt, str sizes):
             raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
         return _new_array(shape, dt)
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
     cdef cnp.ndarray array = out
     descr = <object>cnp.PyArray_DESCR(array)
     if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
                                 and cnp.PyArray_ISNOTSWAPPED(array)):
-        raise TypeError(f"out must have dtype {dt} (the dtype argument), got {descr}")
+        raise TypeError(f"{name} must have dtype {dt} (the dtype argument), got {descr}")
     if _dims(array) != shape:
-        raise ValueError(f"out must have shape {shape}, got {_dims(array)}")
+        raise ValueError(f"{name} must have shape {shape}, got {_dims(array)}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
-        raise ValueError("out must be C-contiguous and aligned")
+        raise ValueError(f"{name} must be C-contiguous and aligned")
     if not cnp.PyArray_ISWRITEABLE(array):
-        raise ValueError("out must be writeable")
+        raise ValueError(f"{name} must be writeable")
     if too_large:  # out= exists, but its float64 working buffer cannot
         raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
     return out
@@ -561,7 +565,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     cdef double den = width / 2.0
     if convention is not None or layout is not None or freq_shift is not None:
         if freq_shift is not None:
-            freq_shift = _as_real(freq_shift, "freq_shift")
+            freq_shift = as_real(freq_shift, "freq_shift")
         layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
     if not needed:
         return None
@@ -693,25 +697,21 @@ cdef inline bint _angles_fit(_Encoding enc, double largest_position) noexcept:
     return True
 
 
-cdef int _raise_for(int status) except -1:
+cdef int _raise_for(int status, str name) except -1:
+    """The error of a kernel's status; ``name`` is the argument that holds the
+    positions (their values are checked by the kernels)."""
     if status == CPE_ERR_NOMEM:
         raise MemoryError("cpe: could not allocate scratch memory")
     if status == CPE_ERR_RANGE:
         raise ValueError(
-            "position * frequency must be at most 2**53 in magnitude (the range in which "
+            ("" if name == "position" else f"{name}: ")
+            + "position * frequency must be at most 2**53 in magnitude (the range in which "
             "cpe's accuracy bound holds): the positions are too large for these frequencies")
     if status == CPE_ERR_ARGUMENT:
-        raise ValueError("position must be finite (no NaN or infinity)")
+        raise ValueError(f"{name} must be finite (no NaN or infinity)")
     if status != CPE_OK:
         raise RuntimeError(f"cpe: kernel rejected checked arguments (status {status})")
     return 0
-
-
-cdef object _kernel_target(result, dt):
-    # float16 has no C type: compute in float64 and round once on the way out.
-    if dt is _FLOAT16:
-        return np.empty(_dims(result), dtype=np.float64)  # NumPy's shape, not a subclass's
-    return result
 
 
 # Below this many output values, releasing and retaking the GIL costs more than
@@ -724,10 +724,11 @@ cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_ap
 
 
 cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
-               _Encoding enc, int layout) except -1:
+               _Encoding enc, int layout, str name) except -1:
     """The fill loop (cpe_fill.h) into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
-    ``sin_data`` for the RoPE layouts."""
+    ``sin_data`` for the RoPE layouts. ``name``: the argument the positions come
+    from, for the errors."""
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
@@ -741,7 +742,7 @@ cdef int _fill(target, char* sin_data, const double* positions, double start, Py
         with nogil:
             status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
                                   levels)
-    return _raise_for(status)
+    return _raise_for(status, name)
 
 
 cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const double* positions,
@@ -752,6 +753,39 @@ cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const doub
                               enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
     return _FILL.fill_f64(<double*>data, <double*>sin_data, positions, start, n, enc.width,
                           enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
+
+
+cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
+                    _Encoding enc, str name):
+    """Fill the checked ``result`` (see _fill) and return it; float16, which has no
+    C type, is computed in float64 and rounded once on the way out. ``enc`` is None
+    when there is nothing to fill."""
+    if n == 0:
+        return result
+    target = result
+    if dt is _FLOAT16:
+        target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape, not a subclass's
+    _fill(target, NULL, positions, start, n, enc, enc.layout, name)
+    if target is not result:
+        np.asarray(result)[...] = target
+    return result
+
+
+cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, double base, dt,
+                           str names):
+    """The ``layout="sin_cos"`` encodings (width ``width``) of the coordinates
+    ``i * step``, ``i < size``: the axes of the grids. ``names`` are the arguments
+    that set the coordinates, for the errors."""
+    cdef _Encoding enc = _encoding(width, base, 1.0, None, "sin_cos", None, size != 0)
+    result = prepare_out(None, (size, width), dt, names)
+    name = f"{names} (the grid coordinates)"
+    if step == 1.0:  # integer coordinates: the rows of a table
+        if size > _EXACT_INTEGER_LIMIT:
+            raise ValueError(f"{name} must be at most 2**53")
+        return _encode(result, dt, NULL, 0.0, size, enc, name)
+    with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
+        coordinates = np.arange(size, dtype=np.float64) * step
+    return _encode(result, dt, <const double*>_address(coordinates), 0.0, size, enc, name)
 
 
 # ---- public API ----
@@ -872,7 +906,7 @@ cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, l
         result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
     elif result is None:  # as every large output is made
         result = _new_array((width,), dtype)
-    _fill(result, NULL, &p, 0.0, 1, enc, enc.layout)
+    _fill(result, NULL, &p, 0.0, 1, enc, enc.layout, "position")
     return result
 
 
@@ -885,30 +919,23 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
                                   freq_shift)
         if result is not None:
             return result
-    cdef Py_ssize_t width = _as_count(D, "D", 1)
-    cdef double b = _as_base(base)
-    dt = _as_dtype(dtype)
-    cdef double s = _as_real(scale, "scale")
+    cdef Py_ssize_t width = as_count(D, "D", 1)
+    cdef double b = as_base(base)
+    dt = as_dtype(dtype)
+    cdef double s = as_real(scale, "scale")
     cdef double p
     cdef _Encoding enc
     if type(position) is float or (type(position) is int and abs(position) <= _EXACT_INTEGER_LIMIT):
         # The common scalar case, without a detour through an array.
         p = position
-        result = _prepare_out(out, (width,), dt, "D")
+        result = prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
-        target = _kernel_target(result, dt)
-        _fill(target, NULL, &p, 0.0, 1, enc, enc.layout)
-    else:
-        arr = _position_array(position)
-        result = _prepare_out(out, arr.shape + (width,), dt, "position and D")
-        enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
-        pos = _positions_float64(arr)
-        target = _kernel_target(result, dt)
-        if pos.size:
-            _fill(target, NULL, <const double*>_address(pos), 0.0, pos.size, enc, enc.layout)
-    if target is not result:
-        np.asarray(result)[...] = target
-    return result
+        return _encode(result, dt, &p, 0.0, 1, enc, "position")
+    arr = _position_array(position, "position")
+    result = prepare_out(out, arr.shape + (width,), dt, "position and D")
+    enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
+    pos = _positions_float64(arr, "position")
+    return _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position")
 
 
 positional_encoding.__doc__ = """\
@@ -971,19 +998,15 @@ Sinusoidal positional encoding of one position or an array of positions.
 
 def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, out=None,
                               layout=None, freq_shift=None, scale=1.0, convention=None):
-    cdef Py_ssize_t rows = _as_count(n, "n", 0)
-    cdef Py_ssize_t width = _as_count(D, "D", 1)
-    first = _table_start(start, rows)
-    cdef double b = _as_base(base)
-    dt = _as_dtype(dtype)
-    cdef double s = _as_real(scale, "scale")
-    result = _prepare_out(out, (rows, width), dt, "n and D")
+    cdef Py_ssize_t rows = as_count(n, "n", 0)
+    cdef Py_ssize_t width = as_count(D, "D", 1)
+    first = table_start(start, rows)
+    cdef double b = as_base(base)
+    dt = as_dtype(dtype)
+    cdef double s = as_real(scale, "scale")
+    result = prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
-    target = _kernel_target(result, dt)
-    _fill(target, NULL, NULL, float(first), rows, enc, enc.layout)
-    if target is not result:
-        np.asarray(result)[...] = target
-    return result
+    return _encode(result, dt, NULL, float(first), rows, enc, "start and n")
 
 
 positional_encoding_table.__doc__ = """\
@@ -1044,22 +1067,9 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
 # ---- the checks, for the pure-Python modules built on these functions ----
 
-def _check_count(value, name, minimum):
-    """``value`` as an int ``>= minimum``, or a TypeError/ValueError naming it."""
-    return _as_count(value, name, minimum)
+# ---- the other checks of the pure-Python modules built on these functions ----
 
-
-def _check_real(value, name):
-    """``value`` as a finite float, or a TypeError/ValueError naming it."""
-    return _as_real(value, name)
-
-
-def _check_base(base):
-    """``base`` as a finite float ``> 0``."""
-    return _as_base(base)
-
-
-cdef object _as_start(start):
+cpdef object as_start(start):
     """``start`` as a Python int (any size), or a TypeError naming it."""
     if isinstance(start, (bool, np.bool_)):
         raise TypeError("start must be an integer, got bool")
@@ -1069,35 +1079,13 @@ cdef object _as_start(start):
         raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
 
 
-def _check_start(start):
-    """``start`` as an int, or a TypeError naming it (any magnitude)."""
-    return _as_start(start)
-
-
-cdef object _table_start(start, Py_ssize_t rows):
+cpdef object table_start(start, Py_ssize_t rows):
     """``start`` of a table of ``rows`` rows as an int, the first and the last
     positions exact doubles, or the error naming them."""
-    first = start if type(start) is int else _as_start(start)
+    first = start if type(start) is int else as_start(start)
     if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
         raise ValueError("start and start + n must be integers of magnitude <= 2**53")
     return first
-
-
-def _check_table_start(start, Py_ssize_t rows):
-    """``start`` of a table of ``rows`` rows, checked as positional_encoding_table
-    checks it."""
-    return _table_start(start, rows)
-
-
-def _check_dtype(dtype):
-    """The output dtype: float64, float32 or float16."""
-    return _as_dtype(dtype)
-
-
-def _check_out(out, shape, dtype, sizes):
-    """``out`` checked against ``shape`` and ``dtype``, or a new array; ``sizes``
-    names the arguments that set the shape."""
-    return _prepare_out(out, tuple(shape), _as_dtype(dtype), sizes)
 
 
 # Rows of a float16 RoPE table computed (in float64) and rounded at a time.
@@ -1122,45 +1110,58 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interl
     cdef double first = float(start)
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
     if not half:
-        _fill(cos, _address(sin), NULL, first, n, enc, layout)
+        _fill(cos, _address(sin), NULL, first, n, enc, layout, "start and n")
         return
     # Every check before the first block is written.
     if not _angles_fit(enc, max(fabs(first), fabs(first + (n - 1)))):
-        _raise_for(CPE_ERR_RANGE)
+        _raise_for(CPE_ERR_RANGE, "start and n")
     block = min(n, max(64, _FLOAT16_BLOCK_BYTES // (width * 8)))
     cdef cnp.ndarray scratch = np.empty((2, block, width), dtype=np.float64)
     cos_view, sin_view = np.asarray(cos), np.asarray(sin)  # a subclass's indexing aside
     cdef char* scratch_sin = _address(scratch) + block * width * 8
     for i in range(0, n, block):
         rows = min(block, n - i)
-        _fill(scratch, scratch_sin, NULL, first + i, rows, enc, layout)
+        _fill(scratch, scratch_sin, NULL, first + i, rows, enc, layout, "start and n")
         cos_view[i:i + rows] = scratch[0, :rows]
         sin_view[i:i + rows] = scratch[1, :rows]
 
 
-def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved,
-                    check_out=None):
-    """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape).
+cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
+    """RoPE's two arrays ``out = (cos, sin)``, each checked as any ``out=`` under its
+    own name, and not sharing memory."""
+    for index in range(2):
+        if out[index] is None:  # prepare_out would allocate one
+            raise TypeError(f"out[{index}] ({('cos', 'sin')[index]}) must be a numpy.ndarray, "
+                            "got NoneType")
+    cos = prepare_out(out[0], shape, dt, sizes, "out[0] (cos)")
+    sin = prepare_out(out[1], shape, dt, sizes, "out[1] (sin)")
+    if _overlap(cos, sin):
+        raise ValueError("out: its cos and sin arrays must not share memory")
+    return cos, sin
 
-    For cpe._rope, which has checked ``head_dim`` (even, >= 2). The positions,
-    ``base`` and ``dtype`` are checked as positional_encoding checks them, with
-    its messages. ``check_out(shape, dtype)``, when given, returns the caller's
-    two arrays checked (before any position is converted or copied). Otherwise both
-    tables share one allocation: two of a few MiB each would, with glibc's
-    default thresholds, be page-faulted again on every call.
+
+def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved, out):
+    """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape),
+    the argument ``n`` of rope_cos_sin.
+
+    For cpe._rope, which has checked ``head_dim`` (even, >= 2) and that ``out`` is
+    None or a tuple of two. The caller's arrays are checked before any position is
+    converted or copied. Without them both tables share one allocation: two of a
+    few MiB each would, with glibc's default thresholds, be page-faulted again on
+    every call.
     """
-    cdef double b = _as_base(base)
-    dt = _as_dtype(dtype)
-    arr = _position_array(position)
+    cdef double b = as_base(base)
+    dt = as_dtype(dtype)
+    arr = _position_array(position, "n (the positions)")
     shape = arr.shape + (head_dim,)
-    if check_out is not None:
-        cos, sin = check_out(shape, dt)
+    sizes = "n (the positions) and head_dim"
+    if out is not None:
+        cos, sin = rope_outputs(out, shape, dt, sizes)
     # Also with out=: a float16 table's float64 rows may not fit.
     if _too_large((2,) + shape, dt):
-        raise ValueError(f"position and D: the outputs of shape {shape} are too large to "
-                         "allocate")
+        raise ValueError(f"{sizes}: the outputs of shape {shape} are too large to allocate")
     cdef Py_ssize_t n = arr.size
-    if check_out is None:
+    if out is None:
         # Flat, then each half reshaped: (2,) + shape may have one dimension more
         # than NumPy allows, while each table has at most as many as an encoding.
         both = _new_array((2, n * head_dim), dt)
@@ -1168,7 +1169,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, n != 0)
     if n == 0:
         return cos, sin
-    cdef cnp.ndarray pos = _positions_float64(arr)
+    cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
     cdef cnp.ndarray target
     cdef char* sin_data
     if dt is _FLOAT16:  # float64 rows of both tables, rounded once below
@@ -1177,7 +1178,8 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     else:
         target, sin_data = cos, _address(sin)
     _fill(target, sin_data, <const double*>_address(pos), 0.0, n, enc,
-          CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF)
+          CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF,
+          "n (the positions)")
     if dt is _FLOAT16:
         cos[...] = target[0].reshape(shape)
         sin[...] = target[1].reshape(shape)

@@ -14,22 +14,14 @@ import numpy as np
 import numpy.typing as npt
 
 from cpe._conventions import is_one_of
-from cpe._core import (
-    _check_base,
-    _check_count,
-    _check_dtype,
-    _check_out,
-    _check_real,
-    positional_encoding,
-    positional_encoding_table,
-)
+from cpe._core import as_base, as_count, as_dtype, as_real, axis_encoding, prepare_out
 from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
 
 
 def _positive_real(value: Any, name: str) -> float:
-    x = float(_check_real(value, name))
+    x = float(as_real(value, name))
     if x <= 0:
         raise ValueError(f"{name} must be > 0, got {x!r}")
     return x
@@ -44,25 +36,6 @@ def _step(numerator: float, count: int | None, scale: float, names: str) -> floa
     return step
 
 
-def _axis(
-    size: int, step: float, width: int, base: float, dtype: np.dtype[Any], names: str
-) -> npt.NDArray[np.floating[Any]]:
-    """``[sin | cos]`` encodings (width ``width``) of the coordinates ``i * step``.
-
-    ``names`` are the arguments that set the coordinates, for the error messages.
-    """
-    try:
-        if step == 1.0:  # integer coordinates: the table kernel, far fewer rows computed
-            return positional_encoding_table(size, width, base=base, dtype=dtype, layout="sin_cos")
-        with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
-            coordinates = np.arange(size, dtype=np.float64) * step
-        return positional_encoding(coordinates, width, base=base, dtype=dtype, layout="sin_cos")
-    except ValueError as exc:
-        if str(exc).startswith(("position", "start")):  # the coordinates are ours to name
-            raise ValueError(f"{names}: the grid coordinates are out of range ({exc})") from None
-        raise
-
-
 def _axes(
     rows: int,
     columns: int,
@@ -74,11 +47,11 @@ def _axes(
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The encodings of both axes; computed once when the axes share their coordinates."""
     if steps[0] == steps[1]:
-        both = _axis(max(rows, columns), steps[0], width, base, dtype, names)
+        both = axis_encoding(max(rows, columns), steps[0], width, base, dtype, names)
         return both[:rows], both[:columns]
     return (
-        _axis(rows, steps[0], width, base, dtype, names),
-        _axis(columns, steps[1], width, base, dtype, names),
+        axis_encoding(rows, steps[0], width, base, dtype, names),
+        axis_encoding(columns, steps[1], width, base, dtype, names),
     )
 
 
@@ -146,21 +119,21 @@ def sincos_2d(
     >>> bool((pe[4, 4:] == cpe.positional_encoding(1, 4, layout="sin_cos")).all())  # h=1
     True
     """
-    rows = _check_count(grid_h, "grid_h", 0)
-    columns = _check_count(grid_w, "grid_w", 0)
-    width = _check_count(D, "D", 1)
+    rows = as_count(grid_h, "grid_h", 0)
+    columns = as_count(grid_w, "grid_w", 0)
+    width = as_count(D, "D", 1)
     if width % 4:
         raise ValueError(f"D must be a multiple of 4 for a 2-D encoding, got {width}")
-    extra = _check_count(extra_tokens, "extra_tokens", 0)
+    extra = as_count(extra_tokens, "extra_tokens", 0)
     if not is_one_of(layout, GRID_LAYOUTS):
         raise ValueError(
             f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}"
         )
-    b = _check_base(base)
+    b = as_base(base)
     scale = _positive_real(interpolation_scale, "interpolation_scale")
     size = None if base_size is None else _positive_real(base_size, "base_size")
-    dt = _check_dtype(dtype)
-    result = _check_out(
+    dt = as_dtype(dtype)
+    result = prepare_out(
         out, (extra + rows * columns, width), dt, "grid_h, grid_w, extra_tokens and D"
     )
 
@@ -270,17 +243,17 @@ def sincos_3d(
     >>> bool((pe[1, :, 24:] == pe[0, :, 24:]).all())   # space does not depend on time
     True
     """
-    frames = _check_count(t, "t", 0)
-    rows = _check_count(h, "h", 0)
-    columns = _check_count(w, "w", 0)
-    width = _check_count(D, "D", 1)
+    frames = as_count(t, "t", 0)
+    rows = as_count(h, "h", 0)
+    columns = as_count(w, "w", 0)
+    width = as_count(D, "D", 1)
     if width % 16:
         raise ValueError(f"D must be a multiple of 16 for a 3-D encoding, got {width}")
-    b = _check_base(base)
+    b = as_base(base)
     time_scale = _positive_real(temporal_interpolation_scale, "temporal_interpolation_scale")
     space_scale = _positive_real(spatial_interpolation_scale, "spatial_interpolation_scale")
-    dt = _check_dtype(dtype)
-    result = _check_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
+    dt = as_dtype(dtype)
+    result = prepare_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
 
     time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
     space_step = _step(1.0, None, space_scale, "spatial_interpolation_scale")
@@ -288,7 +261,9 @@ def sincos_3d(
         return result
     # Every axis is encoded (and its coordinates checked) before out is written.
     time_width = width // 4
-    enc_t = _axis(frames, time_step, time_width, b, dt, "t and temporal_interpolation_scale")
+    enc_t = axis_encoding(
+        frames, time_step, time_width, b, dt, "t and temporal_interpolation_scale"
+    )
     enc_h, enc_w = _axes(
         rows,
         columns,

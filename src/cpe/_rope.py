@@ -11,15 +11,15 @@ import numpy.typing as npt
 
 from cpe._conventions import is_one_of
 from cpe._core import (
-    _check_base,
-    _check_count,
-    _check_dtype,
-    _check_out,
-    _check_start,
-    _check_table_start,
     _fill_rope,
-    _overlap,
     _rope_positions,
+    as_base,
+    as_count,
+    as_dtype,
+    as_start,
+    prepare_out,
+    rope_outputs,
+    table_start,
 )
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -100,14 +100,14 @@ def rope_cos_sin(
     >>> cos is cos_buffer and sin is sin_buffer
     True
     """
-    width = _check_count(head_dim, "head_dim", 2)
+    width = as_count(head_dim, "head_dim", 2)
     if width % 2:
         raise ValueError(f"head_dim must be even, got {width}")
     if not is_one_of(layout, ROPE_LAYOUTS):
         raise ValueError(
             f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
         )
-    output_dtype = _check_dtype(dtype)
+    output_dtype = as_dtype(dtype)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
     if out is not None and (type(out) is not tuple or len(out) != 2):
@@ -118,65 +118,13 @@ def rope_cos_sin(
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
         return _rope_table(n, width, start, base, output_dtype, kernel_layout, out)
     _check_no_offset(start)
-    try:
-        return _rope_positions(
-            n,
-            width,
-            base,
-            output_dtype,
-            layout == "interleaved",
-            None if out is None else _out_checker(out, "n (the positions) and head_dim"),
-        )
-    except (TypeError, ValueError) as exc:
-        raise _renamed(exc) from None
+    return _rope_positions(n, width, base, output_dtype, layout == "interleaved", out)
 
 
 def _kind(value: Any) -> str:
     if type(value) is tuple:
         return f"a tuple of {len(value)}"
     return type(value).__name__
-
-
-def _out_checker(out: tuple[Any, Any], sizes: str) -> Any:
-    """``check(shape, dtype)``: the two arrays of ``out``, checked as any ``out=``,
-    or a TypeError/ValueError naming the one at fault."""
-
-    def one(index: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-        name = f"out[{index}] ({('cos', 'sin')[index]})"
-        if out[index] is None:  # _check_out would allocate one
-            raise TypeError(f"{name} must be a numpy.ndarray, got NoneType")
-        try:
-            return _check_out(out[index], shape, dtype, sizes)
-        except (TypeError, ValueError) as exc:
-            text = str(exc)
-            if text.startswith("out "):  # not the size, which names its own arguments
-                text = f"{name} {text[len('out ') :]}"
-            raise type(exc)(text) from None
-
-    def check(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[Any, Any]:
-        cos, sin = one(0, shape, dtype), one(1, shape, dtype)
-        if _overlap(cos, sin):
-            raise ValueError("out: its cos and sin arrays must not share memory")
-        return cos, sin
-
-    return check
-
-
-# The 1-D functions' names for the arguments, and rope_cos_sin's.
-_RENAMED = (
-    ("position and D:", "n (the positions) and head_dim:"),
-    ("n and D:", "n and head_dim:"),
-    ("position", "n (the positions): position"),
-)
-
-
-def _renamed(exc: Exception) -> Exception:
-    """``exc`` of a 1-D call, with rope_cos_sin's argument names."""
-    text = str(exc)
-    for old, new in _RENAMED:
-        if text.startswith(old):
-            return type(exc)(new + text[len(old) :])
-    return exc
 
 
 def _rope_table(
@@ -188,26 +136,23 @@ def _rope_table(
     kernel_layout: str,
     out: tuple[Any, Any] | None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    rows = _check_count(n, "n", 0)
+    rows = as_count(n, "n", 0)
     given = None
     if out is not None:  # before the size, as any out= is
-        given = _out_checker(out, "n and head_dim")((rows, width), dtype)
+        given = rope_outputs(out, (rows, width), dtype, "n and head_dim")
     # start (and start + n) and base, as positional_encoding_table checks them;
     # then the size.
-    try:
-        first = _check_table_start(start, rows)
-        b = _check_base(base)
-    except (TypeError, ValueError) as exc:
-        raise _renamed(exc) from None
+    first = table_start(start, rows)
+    b = as_base(base)
     if given is not None:
         cos, sin = given
     # One allocation for both tables: two large ones in a row would, with
     # glibc's default thresholds, be trimmed and page-faulted again on every call.
     elif 2 * rows * width * dtype.itemsize <= sys.maxsize:
-        cos, sin = _check_out(None, (2, rows, width), dtype, "n and head_dim")
+        cos, sin = prepare_out(None, (2, rows, width), dtype, "n and head_dim")
     else:  # each table alone may still be representable: let the allocator say
-        cos = _check_out(None, (rows, width), dtype, "n and head_dim")
-        sin = _check_out(None, (rows, width), dtype, "n and head_dim")
+        cos = prepare_out(None, (rows, width), dtype, "n and head_dim")
+        sin = prepare_out(None, (rows, width), dtype, "n and head_dim")
     _fill_rope(cos, sin, first, b, kernel_layout == "interleaved")
     return cos, sin
 
@@ -217,7 +162,7 @@ def _check_no_offset(start: Any) -> None:
     would give the tables of the wrong positions."""
     if type(start) is int and start == 0:  # the default, at once
         return
-    first = _check_start(start)
+    first = as_start(start)
     if first != 0:
         raise ValueError(
             f"start must be 0 when n gives the positions (an array or a float; add "
