@@ -10,7 +10,9 @@ throughout. If the caches change shape, update ``cache_entries_are_consistent``.
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -249,3 +251,54 @@ def test_kernels_release_the_gil(spec):
         "another thread was stopped for most of each call (call ms, longest pause ms): "
         f"{[(round(e * 1e3), round(p * 1e3)) for e, p in tries]}: the GIL is held"
     )
+
+
+# A child forked while another thread was making a digit row inherits the row
+# claimed and never finished; it must make its own (it once waited forever).
+FORK_WHILE_FILLING = """
+import os, signal, threading, time, warnings
+import numpy as np
+import cpe
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process
+D = 4096
+positions = np.array([d * 32**k for k in range(4) for d in range(1, 32)], dtype=float)
+current, stop = [None], [False]
+
+def worker():
+    base = 20000.0
+    while not stop[0]:
+        base += 0.5
+        current[0] = base
+        cpe.positional_encoding(positions, D, base=base)  # a new encoding each time
+
+thread = threading.Thread(target=worker, daemon=True)
+thread.start()
+time.sleep(0.05)
+hung = 0
+for trial in range(8):
+    time.sleep(0.013 * (trial + 1))
+    base = current[0]
+    pid = os.fork()
+    if pid == 0:
+        cpe.positional_encoding(positions, D, base=base)
+        os._exit(0)
+    deadline = time.time() + 10.0
+    while time.time() < deadline and os.waitpid(pid, os.WNOHANG)[0] == 0:
+        time.sleep(0.01)
+    if time.time() >= deadline:
+        hung += 1
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+stop[0] = True
+print(hung)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() on this platform")
+def test_a_child_forked_while_a_thread_makes_digit_rows_does_not_hang():
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_FILLING], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"], f"children that hung: {done.stdout}{done.stderr}"

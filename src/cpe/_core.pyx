@@ -251,7 +251,7 @@ cdef object _reject_masked(position, str name):
     masked = sys.modules.get("numpy.ma")
     if masked is not None and isinstance(position, masked.MaskedArray):
         raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
-                        "(use {name}.filled(...) or {name}.compressed())")
+                        f"(use {name}.filled(...) or {name}.compressed())")
 
 
 cdef object _position_array(position, str name):
@@ -1012,11 +1012,11 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
 positional_encoding_table.__doc__ = """\
 Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
-    Row ``i`` equals ``positional_encoding(start + i, D, ...)`` with the same
-    keywords, to within 1e-15. The table is built from a few rows of sines and
-    cosines (the cached digit rows, and one row per ``radix ** 2`` table rows) by
-    the angle-addition identity, which keeps every value within a few units in
-    the last place.
+    Row ``i`` is ``positional_encoding(start + i, D, ...)`` with the same
+    keywords, bit for bit: a position's values never depend on the call that
+    computes them (see the README's "Batch invariance"). Each row is built from
+    a few cached rows of sines and cosines by the angle-addition identity, which
+    keeps every value within a few units in the last place.
 
     Parameters
     ----------

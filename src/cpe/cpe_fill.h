@@ -33,7 +33,8 @@ enum { CPE_LAYOUT_ROPE_HALF = 3, CPE_LAYOUT_ROPE_INTERLEAVED = 4 };
 
 /* The shape of the levels of n_freq frequencies: up to 64 (D <= 128 in the
  * paper's layout) two levels of 256 rows, one product for |p| < 65536; else
- * four levels of 32, at most three products for |p| < 2**20. */
+ * four levels of 32, at most three products for |p| < 2**20. At most 8 levels:
+ * the fill loop keeps one product per level. */
 static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *shift,
                                    int *n_levels) {
     if (n_freq <= 64) {

@@ -291,7 +291,7 @@ cdef struct columns:
 
 cdef inline int _columns(Py_ssize_t width, Py_ssize_t n_freq, int layout,
                          columns* c) noexcept nogil:
-    if width < 0 or n_freq < 0 or 2 * n_freq > width + 1:
+    if width < 0 or n_freq < 0 or n_freq > width // 2 + width % 2:
         return CPE_ERR_ARGUMENT
     c.n_sin = n_freq
     c.n_cos = min(n_freq, width - n_freq)
@@ -501,21 +501,30 @@ def _streams(const unsigned char[::1] out):
 # single factor, is stored as a product (with the identity row (0, 1), which is
 # exact): one store path for all rows, streamed or not.
 
-cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, const double* w_hi,
-                                     const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    """Level row (k, d): (sin, cos)(d * radix**k * w), made by the first caller that
-    needs it (another waits for it, which takes one row loop)."""
+cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double* spare,
+                                     const double* w_hi, const double* w_lo,
+                                     Py_ssize_t n_freq) noexcept nogil:
+    """Level row (k, d): (sin, cos)(d * radix**k * w). Made once into the levels by
+    the first caller that claims it; without levels, or while another thread is
+    making it (or a thread that claimed it before a fork), made into ``spare``
+    (level k's own scratch row): the same bits, with no wait."""
     cdef Py_ssize_t index = k * lv.radix + d
-    cdef double* row = lv.rows + 2 * n_freq * index
-    cdef char* state = lv.state + index
-    if cpe_state_get(state) != CPE_ROW_READY:
-        if cpe_state_claim(state):
-            _sincos_row(row, <double>(d << (lv.shift * k)), w_hi, w_lo, n_freq)
-            cpe_state_set(state, CPE_ROW_READY)
-        else:
-            while cpe_state_get(state) != CPE_ROW_READY:
-                pass
-    return row
+    cdef double position = <double>(d << (lv.shift * k))
+    cdef double* row
+    cdef char* state
+    if lv.rows == NULL:
+        _sincos_row(spare, position, w_hi, w_lo, n_freq)
+        return spare
+    row = lv.rows + 2 * n_freq * index
+    state = lv.state + index
+    if cpe_state_get(state) == CPE_ROW_READY:
+        return row
+    if cpe_state_claim(state):
+        _sincos_row(row, position, w_hi, w_lo, n_freq)
+        cpe_state_set(state, CPE_ROW_READY)
+        return row
+    _sincos_row(spare, position, w_hi, w_lo, n_freq)
+    return spare
 
 
 cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
@@ -571,27 +580,45 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
             out[i] = 0
         return CPE_OK
 
-    # Own levels when the caller keeps none; rows are made only as needed.
-    cdef cpe_levels own
-    cdef double* own_rows = NULL
-    own.state = NULL
+    # The caller's levels must have the shape of these frequencies.
     cdef Py_ssize_t radix
     cdef int shift, n_levels
     cpe_level_shape(n_freq, &radix, &shift, &n_levels)
+    if n_levels > 8:  # the loop's arrays below (prefix, upper)
+        return CPE_ERR_ARGUMENT
+    if levels != NULL and (levels.radix != radix or levels.shift != shift
+                           or levels.n_levels != n_levels or levels.rows == NULL
+                           or levels.state == NULL):
+        return CPE_ERR_ARGUMENT
     cdef Py_ssize_t row_doubles = 2 * n_freq
-    if levels == NULL:
+    # Scratch, each a pair row on a cache line: the identity, the row of H, one for
+    # a direct or negated row, the products of the digits above level k (k >= 1),
+    # and a spare row per level (see _level_row).
+    cdef Py_ssize_t scratch_rows = 2 * n_levels + 2
+    if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // scratch_rows:
+        return CPE_ERR_NOMEM
+    cdef double* owned = <double*>malloc(sizeof(double) * (scratch_rows * row_doubles + 8))
+    # Without the caller's levels, a table of their own when the request has rows
+    # enough to reuse them (else, or if there is no memory for one, every level row
+    # is made where it is needed: the same bits).
+    cdef cpe_levels own
+    own.rows = NULL
+    own.state = NULL
+    own.radix, own.shift, own.n_levels = radix, shift, n_levels
+    cdef double* own_rows = NULL
+    if levels == NULL and n >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
+            n_levels * radix):
         own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
         own.state = <char*>calloc(n_levels * radix, 1)
         if own_rows == NULL or own.state == NULL:
             free(own_rows)
             free(own.state)
-            return CPE_ERR_NOMEM
-        own.rows = _line_start(own_rows)
-        own.radix, own.shift, own.n_levels = radix, shift, n_levels
+            own_rows = NULL
+            own.state = NULL
+        else:
+            own.rows = _line_start(own_rows)
+    if levels == NULL:
         levels = &own
-    # Scratch, each a pair row on a cache line: the identity, the row of H, one for
-    # a direct or negated row, and the product of the digits above level k.
-    cdef double* owned = <double*>malloc(sizeof(double) * ((n_levels + 3) * row_doubles + 8))
     cdef rope_rows chunks
     if owned == NULL or _rope_rows_init(&chunks, out, sin_out if rope else NULL, n, width,
                                         sizeof(floating)) != CPE_OK:
@@ -603,6 +630,7 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     cdef double* high_row = identity + row_doubles
     cdef double* single = high_row + row_doubles
     cdef double* products = single + row_doubles  # level k at products + (k - 1) rows
+    cdef double* spares = products + (n_levels - 1) * row_doubles  # level k's at + k rows
     for j in range(n_freq):
         identity[j] = 0.0
         identity[n_freq + j] = 1.0
@@ -639,14 +667,16 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
                     if d == 0:
                         upper[k] = upper[k + 1]
                     elif upper[k + 1] == NULL:
-                        upper[k] = _level_row(levels, k, d, w_hi, w_lo, n_freq)
+                        upper[k] = _level_row(levels, k, d, spares + k * row_doubles, w_hi,
+                                              w_lo, n_freq)
                     else:
                         _product_pairs(products + (k - 1) * row_doubles,
-                                       _level_row(levels, k, d, w_hi, w_lo, n_freq),
+                                       _level_row(levels, k, d, spares + k * row_doubles,
+                                                  w_hi, w_lo, n_freq),
                                        upper[k + 1], n_freq)
                         upper[k] = products + (k - 1) * row_doubles
             d = m & (radix - 1)
-            a = _level_row(levels, 0, d, w_hi, w_lo, n_freq) if d else identity
+            a = _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq) if d else identity
             b = upper[1] if upper[1] != NULL else identity
             if p < 0:
                 _product_pairs(single, a, b, n_freq)
