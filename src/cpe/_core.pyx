@@ -485,6 +485,7 @@ cdef class _Encoding:
     cdef readonly double den
     cdef readonly double scale
     cdef readonly object key
+    cdef double w_max   # the largest |w_j| (NaN if one is NaN), for the range check
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -603,6 +604,13 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     w.flags.writeable = False
     enc.frequencies = w
     enc.w_hi = hi
+    enc.w_max = 0.0
+    cdef Py_ssize_t j
+    for j in range(n_freq):
+        if not fabs(hi[j]) <= enc.w_max:
+            enc.w_max = fabs(hi[j])  # NaN stays: nothing compares above it
+            if enc.w_max != enc.w_max:
+                break
     enc.w_lo = hi + stride
     cdef Py_ssize_t cost = _footprint(key, (enc, w))
     with _cache_lock:
@@ -690,11 +698,7 @@ def _cache_snapshot():
 cdef inline bint _angles_fit(_Encoding enc, double largest_position) noexcept:
     """The kernels' range check: every |p * w_j| within CPE_ANGLE_LIMIT for
     |p| <= largest_position (NaN fails)."""
-    cdef Py_ssize_t j
-    for j in range(enc.n_freq):
-        if not (largest_position * fabs(enc.w_hi[j]) <= CPE_ANGLE_LIMIT):
-            return False
-    return True
+    return largest_position * enc.w_max <= CPE_ANGLE_LIMIT
 
 
 cdef int _raise_for(int status, str name) except -1:
@@ -750,9 +754,9 @@ cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const doub
                              cpe_levels* levels) noexcept nogil:
     if single:
         return _FILL.fill_f32(<float*>data, <float*>sin_data, positions, start, n, enc.width,
-                              enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
+                              enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, levels)
     return _FILL.fill_f64(<double*>data, <double*>sin_data, positions, start, n, enc.width,
-                          enc.w_hi, enc.w_lo, enc.n_freq, layout, levels)
+                          enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, levels)
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,

@@ -383,6 +383,88 @@ CPE_MULTIVERSION(cpe_store_blocked_float,
                   Py_ssize_t n_pairs, Py_ssize_t n_freq),
                  (sines, cosines, a, b, n_pairs, n_freq))
 
+/* ---- chains: the row of x_0 + x_1 + ... from up to four pair rows ----
+ * acc = rows[0], then acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ... with the
+ * operations of cpe_product_pairs(out, a = rows[r], b = acc), the last one those
+ * of cpe_store_*: the same bits as that sequence, without writing the partial
+ * products to memory (the fill loop's single rows). */
+
+CPE_ALWAYS_INLINE void cpe_chain_step(double *s, double *c, const double *a, Py_ssize_t j,
+                                      Py_ssize_t n) {
+    double a_s = a[j], a_c = a[n + j];
+    double next_s = *s * a_c + *c * a_s;
+    double next_c = *c * a_c - *s * a_s;
+    *s = next_s;
+    *c = next_c;
+}
+
+CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const double *r2,
+                                      const double *r3, const int count, Py_ssize_t j,
+                                      Py_ssize_t n, double *s, double *c) {
+    *s = r0[j];
+    *c = r0[n + j];
+    if (count > 1) cpe_chain_step(s, c, r1, j, n);
+    if (count > 2) cpe_chain_step(s, c, r2, j, n);
+    if (count > 3) cpe_chain_step(s, c, r3, j, n);
+}
+
+/* The sine of column j, for the odd columns left over by the loops below. */
+static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j, Py_ssize_t n) {
+    double s = rows[0][j], c = rows[0][n + j];
+    for (int r = 1; r < count; r++) {
+        cpe_chain_step(&s, &c, rows[r], j, n);
+    }
+    return s;
+}
+
+#define CPE_CHAIN_LOOP(count, STORE)                                             \
+    for (Py_ssize_t j = 0; j < n_pairs; j++) {                                  \
+        double s, c;                                                             \
+        cpe_chain_impl(r0, r1, r2, r3, count, j, n_freq, &s, &c);                \
+        STORE;                                                                   \
+    }
+#define CPE_CHAIN_SWITCH(STORE)                                                  \
+    const double *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];     \
+    if (count == 2) {                                                            \
+        CPE_CHAIN_LOOP(2, STORE)                                                 \
+    } else if (count == 3) {                                                     \
+        CPE_CHAIN_LOOP(3, STORE)                                                 \
+    } else {                                                                     \
+        CPE_CHAIN_LOOP(4, STORE)                                                 \
+    }
+
+/* 2 <= count <= 4 rows; rows[count..3] may be anything readable as a pointer. */
+#define CPE_CHAIN_STORES(T)                                                             \
+    CPE_ALWAYS_INLINE void cpe_chain_interleaved_##T##_impl(                            \
+            T *CPE_RESTRICT row, const double *const *rows, int count, Py_ssize_t n_pairs, \
+            Py_ssize_t n_freq) {                                                        \
+        CPE_CHAIN_SWITCH((row[2 * j] = (T)s, row[2 * j + 1] = (T)c))                    \
+    }                                                                                   \
+    CPE_ALWAYS_INLINE void cpe_chain_blocked_##T##_impl(                                \
+            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *const *rows,  \
+            int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                         \
+        CPE_CHAIN_SWITCH((sines[j] = (T)s, cosines[j] = (T)c))                          \
+    }
+CPE_CHAIN_STORES(double)
+CPE_CHAIN_STORES(float)
+
+CPE_MULTIVERSION(cpe_chain_interleaved_double,
+                 (double *row, const double *const *rows, int count, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_interleaved_float,
+                 (float *row, const double *const *rows, int count, Py_ssize_t n_pairs,
+                  Py_ssize_t n_freq),
+                 (row, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_blocked_double,
+                 (double *sines, double *cosines, const double *const *rows, int count,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, rows, count, n_pairs, n_freq))
+CPE_MULTIVERSION(cpe_chain_blocked_float,
+                 (float *sines, float *cosines, const double *const *rows, int count,
+                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
+                 (sines, cosines, rows, count, n_pairs, n_freq))
+
 /* ---- streaming (non-temporal) stores of interleaved rows ----
  * Large outputs are written without first reading every cache line, which is
  * what limits the plain loops. SSE2 is part of every x86-64 CPU; the AVX2 and

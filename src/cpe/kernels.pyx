@@ -70,6 +70,17 @@ cdef extern from "cpe_rows.h":
                                      const double* b, Py_ssize_t n) noexcept nogil
     void cpe_rope_interleaved_float(float* cos_row, float* sin_row, const double* a,
                                     const double* b, Py_ssize_t n) noexcept nogil
+    double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
+                          Py_ssize_t n) noexcept nogil
+    void cpe_chain_interleaved_double(double* row, const double* const* rows, int count,
+                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_interleaved_float(float* row, const double* const* rows, int count,
+                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_blocked_double(double* sines, double* cosines, const double* const* rows,
+                                  int count, Py_ssize_t n_pairs,
+                                  Py_ssize_t n_freq) noexcept nogil
+    void cpe_chain_blocked_float(float* sines, float* cosines, const double* const* rows,
+                                 int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -491,6 +502,68 @@ def _streams(const unsigned char[::1] out):
     return _streaming(&out[0] if out.shape[0] else NULL, out.shape[0] // 2, 2, 1)
 
 
+cdef inline void _store_chain(floating* row, const double** chain, int count,
+                              const columns* c, Py_ssize_t width) noexcept nogil:
+    # The row of the sum of the angles of 2 to 4 pair rows, highest first (see
+    # cpe_rows.h): the bits of repeated _product_pairs, then _store_product.
+    cdef Py_ssize_t j, n_freq = c.n_sin
+    cdef floating* sines = row + c.sin_at
+    if c.sin_step == 2:
+        if floating is double:
+            cpe_chain_interleaved_double(row, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_interleaved_float(row, chain, count, c.n_cos, n_freq)
+    else:
+        if floating is double:
+            cpe_chain_blocked_double(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_blocked_float(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+    for j in range(c.n_cos, c.n_sin):
+        sines[j * c.sin_step] = <floating>cpe_chain_sine(chain, count, j, n_freq)
+    for j in range(c.zero_from, width):
+        row[j] = 0
+
+
+cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
+    # Exact: the stored sines of -p from those of p, as the pair row's negation gives.
+    cdef Py_ssize_t j
+    for j in range(c.n_sin):
+        row[c.sin_at + j * c.sin_step] = -row[c.sin_at + j * c.sin_step]
+
+
+cdef inline bint _single_from_levels(floating* row, double p, Py_ssize_t width,
+                                     Py_ssize_t n_freq, const columns* c,
+                                     cpe_levels* lv) noexcept nogil:
+    """One integer position below radix**n_levels whose two to four digit rows are
+    all made: multiplied in registers, highest first, as the loop below multiplies
+    them (the same bits, with no scratch memory). False, with nothing written, for
+    any other position."""
+    cdef const double* factors[4]
+    cdef long long m, digit
+    cdef int k, count = 0
+    cdef Py_ssize_t index
+    if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
+        return False
+    m = <long long>fabs(p)
+    if m >> (lv.shift * lv.n_levels):
+        return False
+    for k in range(lv.n_levels - 1, -1, -1):
+        digit = (m >> (lv.shift * k)) & (lv.radix - 1)
+        if digit == 0:
+            continue
+        index = k * lv.radix + digit
+        if count == 4 or cpe_state_get(lv.state + index) != CPE_ROW_READY:
+            return False
+        factors[count] = lv.rows + 2 * n_freq * index
+        count += 1
+    if count < 2:
+        return False
+    _store_chain(row, factors, count, c, width)
+    if p < 0:
+        _negate_sines(row, c)
+    return True
+
+
 # ---- the one fill loop ----
 # Every row of every request is made here, from the decomposition of cpe_fill.h:
 # an integer position's row is the product of the rows of its high part H and of
@@ -528,10 +601,13 @@ cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double
 
 
 cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
-                                  Py_ssize_t n_freq) noexcept nogil:
+                                  Py_ssize_t n_freq, double w_max) noexcept nogil:
     """Whether every |p * w_j| is at most CPE_ANGLE_LIMIT for |p| <= largest_position
-    (NaN is out of range)."""
+    (NaN is out of range). ``w_max``: the largest |w_j| if the caller knows it
+    (NaN if a w_j is NaN), or negative: then every frequency is read."""
     cdef Py_ssize_t j
+    if w_max >= 0.0 or w_max != w_max:
+        return largest_position * w_max <= CPE_ANGLE_LIMIT
     for j in range(n_freq):
         if not (largest_position * fabs(w_hi[j]) <= CPE_ANGLE_LIMIT):
             return False
@@ -539,7 +615,8 @@ cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
 
 
 cdef inline int _check_request(const double* positions, double start, Py_ssize_t n,
-                               const double* w_hi, Py_ssize_t n_freq) noexcept nogil:
+                               const double* w_hi, Py_ssize_t n_freq,
+                               double w_max) noexcept nogil:
     """The positions (or the table start + i, i < n) checked: finite, a table's
     integers exact, every angle in range."""
     cdef Py_ssize_t i
@@ -554,14 +631,14 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
             if not isfinite(positions[i]):
                 return CPE_ERR_ARGUMENT
             largest = max(largest, fabs(positions[i]))
-    if n and not _angles_in_range(largest, w_hi, n_freq):
+    if n and not _angles_in_range(largest, w_hi, n_freq, w_max):
         return CPE_ERR_RANGE
     return CPE_OK
 
 
 cdef int _fill(floating* out, floating* sin_out, const double* positions, double start,
                Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-               Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
+               Py_ssize_t n_freq, double w_max, int layout, cpe_levels* levels) noexcept nogil:
     cdef columns c
     cdef bint rope = layout == CPE_LAYOUT_ROPE_HALF or layout == CPE_LAYOUT_ROPE_INTERLEAVED
     if n < 0 or _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else layout,
@@ -571,7 +648,7 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
         return CPE_ERR_ARGUMENT
     if n and ((width and out == NULL) or (n_freq and (w_hi == NULL or w_lo == NULL))):
         return CPE_ERR_ARGUMENT
-    cdef int status = _check_request(positions, start, n, w_hi, n_freq)
+    cdef int status = _check_request(positions, start, n, w_hi, n_freq, w_max)
     if status != CPE_OK or n == 0 or width == 0:
         return status
     cdef Py_ssize_t i, j
@@ -590,6 +667,10 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
                            or levels.n_levels != n_levels or levels.rows == NULL
                            or levels.state == NULL):
         return CPE_ERR_ARGUMENT
+    if (n == 1 and not rope and levels != NULL
+            and _single_from_levels(out, positions[0] if positions != NULL else start, width,
+                                    n_freq, &c, levels)):
+        return CPE_OK
     cdef Py_ssize_t row_doubles = 2 * n_freq
     # Scratch, each a pair row on a cache line: the identity, the row of H, one for
     # a direct or negated row, the products of the digits above level k (k >= 1),
@@ -707,14 +788,18 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
 
 cdef int _fill_f64(double* out, double* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
-    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, layout, levels)
+                   Py_ssize_t n_freq, double w_max, int layout,
+                   cpe_levels* levels) noexcept nogil:
+    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
+                 levels)
 
 
 cdef int _fill_f32(float* out, float* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, int layout, cpe_levels* levels) noexcept nogil:
-    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, layout, levels)
+                   Py_ssize_t n_freq, double w_max, int layout,
+                   cpe_levels* levels) noexcept nogil:
+    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
+                 levels)
 
 
 # The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
@@ -737,7 +822,7 @@ cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL)
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, NULL)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
@@ -745,7 +830,7 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, layout, NULL)
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, NULL)
 
 
 cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
@@ -753,8 +838,8 @@ cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_p
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, layout,
-                 NULL)
+    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
+                 layout, NULL)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
@@ -762,8 +847,8 @@ cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_po
                             Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, layout,
-                 NULL)
+    return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
+                 layout, NULL)
 
 
 cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
@@ -772,7 +857,7 @@ cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions
     if head_dim < 2 or head_dim % 2:
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
-                 head_dim // 2,
+                 head_dim // 2, -1.0,
                  CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)
 
 
@@ -782,5 +867,5 @@ cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
     if head_dim < 2 or head_dim % 2:
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
-                 head_dim // 2,
+                 head_dim // 2, -1.0,
                  CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)
