@@ -26,7 +26,7 @@ keywords = st.one_of(
     st.just({}),
     st.builds(lambda layout: {"layout": layout}, st.sampled_from(["sin_cos", "cos_sin"])),
     st.builds(lambda shift: {"freq_shift": shift}, st.sampled_from([0, 1, 0.5])),
-    st.builds(lambda scale: {"scale": scale}, st.sampled_from([0.001, 0.5, 3.0])),
+    st.builds(lambda scale: {"scale": scale}, st.sampled_from([0.0, 0.001, 0.5, 3.0])),
     st.builds(lambda name: {"convention": name}, st.sampled_from(CONVENTIONS)),
     st.builds(lambda base: {"base": base}, st.sampled_from([777.5, 1e6])),
 )
@@ -169,3 +169,18 @@ def test_threads_and_batches_give_the_same_bits() -> None:
         assert same_bits(np.ascontiguousarray(results[k]), results[0]), k
     # And an encoding made before the threads, from a cold cache, the same way.
     assert same_bits(cpe.positional_encoding(np.arange(start, start + n), D, base=base), expected)
+
+
+def test_zero_frequencies_give_the_same_zeros_in_every_call_form():
+    # Found by the fuzzer: with scale=0 every sine is 0, and a negative position's
+    # sines were -0 when its digit rows were cached (multiplied in registers) but
+    # +0 on the first call and in arrays.
+    kw = {"freq_shift": 0.0, "scale": 0.0}
+    first = cpe.positional_encoding(-755, 37, dtype=np.float16, **kw)
+    again = cpe.positional_encoding(-755, 37, dtype=np.float16, **kw)
+    assert same_bits(first, again)
+    rows = cpe.positional_encoding(np.array([-755, 3]), 37, **kw)
+    for _ in range(2):
+        assert same_bits(cpe.positional_encoding(-755, 37, **kw), rows[0])
+    table = cpe.positional_encoding_table(5, 37, start=-757, **kw)
+    assert same_bits(table[2], rows[0])

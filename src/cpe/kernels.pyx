@@ -525,10 +525,12 @@ cdef inline void _store_chain(floating* row, const double** chain, int count,
 
 
 cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
-    # Exact: the stored sines of -p from those of p, as the pair row's negation gives.
+    # The stored sines of -p from those of p, as the fill loop's negated pair row
+    # times the identity gives them: 0 - x, so that a zero sine stays +0.
     cdef Py_ssize_t j
+    cdef floating zero = 0
     for j in range(c.n_sin):
-        row[c.sin_at + j * c.sin_step] = -row[c.sin_at + j * c.sin_step]
+        row[c.sin_at + j * c.sin_step] = zero - row[c.sin_at + j * c.sin_step]
 
 
 cdef inline bint _single_from_levels(floating* row, double p, Py_ssize_t width,
