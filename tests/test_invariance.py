@@ -172,9 +172,8 @@ def test_threads_and_batches_give_the_same_bits() -> None:
 
 
 def test_zero_frequencies_give_the_same_zeros_in_every_call_form():
-    # Found by the fuzzer: with scale=0 every sine is 0, and a negative position's
-    # sines were -0 when its digit rows were cached (multiplied in registers) but
-    # +0 on the first call and in arrays.
+    # With scale=0 every sine is 0: a negative position's zero sines must have the
+    # same sign whether its digit rows are cached (multiplied in registers) or not.
     kw = {"freq_shift": 0.0, "scale": 0.0}
     first = cpe.positional_encoding(-755, 37, dtype=np.float16, **kw)
     again = cpe.positional_encoding(-755, 37, dtype=np.float16, **kw)

@@ -254,7 +254,7 @@ def test_kernels_release_the_gil(spec):
 
 
 # A child forked while another thread was making a digit row inherits the row
-# claimed and never finished; it must make its own (it once waited forever).
+# claimed and never finished: it must make its own rather than wait for it.
 FORK_WHILE_FILLING = """
 import os, signal, threading, time, warnings
 import numpy as np
