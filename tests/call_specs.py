@@ -793,10 +793,7 @@ OUT_WORDS = ("out",)
 
 def _frequencies(D: int, base: float, freq_shift: float | None) -> np.ndarray:
     with np.errstate(all="ignore"):
-        if freq_shift is None:
-            return _reference.frequencies(D, base)
-        half = D // 2
-        return np.float64(base) ** (-np.arange(half) / (half - freq_shift))
+        return _reference.frequencies(D, base, freq_shift)
 
 
 def angle_factor(D: int, base: float, freq_shift: float | None = None) -> float:

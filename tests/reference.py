@@ -15,10 +15,18 @@ from cpe.benchmark.usual_numpy import mae_2d
 __all__ = ["mae_2d"]  # MAE's code, which the benchmark also runs
 
 
-def frequencies(D: int, base: float = 10000.0) -> npt.NDArray[np.float64]:
-    """``w_j = base ** (-2j / D)`` for ``j = 0 ... ceil(D/2) - 1``."""
-    j = np.arange((D + 1) // 2, dtype=np.float64)
-    return np.asarray(base ** (-2.0 * j / D), dtype=np.float64)
+def frequencies(
+    D: int, base: float = 10000.0, freq_shift: float | None = None
+) -> npt.NDArray[np.float64]:
+    """``w_j = base ** (-2j / D)`` for ``j = 0 ... ceil(D/2) - 1``; with a
+    ``freq_shift`` s, ``w_j = base ** (-j / (D//2 - s))`` for ``j < D//2``."""
+    if freq_shift is None:
+        j = np.arange((D + 1) // 2, dtype=np.float64)
+        return np.asarray(base ** (-2.0 * j / D), dtype=np.float64)
+    n_freq = D // 2
+    # With one frequency (D = 2, 3), w_0 = base ** 0 whatever the shift.
+    den = n_freq - freq_shift if n_freq > 1 else 1.0
+    return np.asarray(base ** (-np.arange(n_freq) / den), dtype=np.float64)
 
 
 def positional_encoding(
@@ -184,14 +192,8 @@ def encoding(
 ) -> npt.NDArray[np.float64]:
     """Any layout and frequency choice, straight from the definitions in ``_conventions``."""
     p = np.asarray(position, dtype=np.float64)
-    if freq_shift is None:
-        n_freq = (D + 1) // 2
-        w = base ** (-2.0 * np.arange(n_freq) / D)
-    else:
-        n_freq = D // 2
-        # With one frequency (D = 2, 3), w_0 = base ** 0 whatever the shift.
-        den = n_freq - freq_shift if n_freq > 1 else 1.0
-        w = base ** (-np.arange(n_freq) / den)
+    w = frequencies(D, base, freq_shift)
+    n_freq = w.size
     angle = scale * p[..., None] * w
     sines, cosines = np.sin(angle), np.cos(angle[..., : D - n_freq])
     out = np.zeros((*p.shape, D))

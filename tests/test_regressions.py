@@ -39,6 +39,16 @@ def test_frequencies_beyond_the_double_range_are_a_clear_error():
         cpe.positional_encoding(1, 4, base=5e-309, freq_shift=1.5)
 
 
+def test_the_oracle_has_one_frequency_at_widths_2_and_3_whatever_the_shift():
+    # The fuzzer's harness judged a refusal on w_0 = base ** (-0 / 0) = nan.
+    for D in (2, 3):
+        np.testing.assert_array_equal(ref.frequencies(D, 10000.0, freq_shift=1.0), [1.0])
+        np.testing.assert_array_equal(
+            cpe.positional_encoding(1.0, D, freq_shift=1.0, layout="sin_cos")[:2],
+            [np.sin(1.0), np.cos(1.0)],
+        )
+
+
 def test_an_empty_output_costs_no_frequencies():
     tracemalloc.start()
     try:
