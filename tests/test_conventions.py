@@ -115,7 +115,7 @@ def test_every_layout_and_frequency_choice(layout, freq_shift, D, scale):
     np.testing.assert_array_equal(
         single, cpe.positional_encoding(positions, D, **kwargs).astype(np.float32)
     )
-    # One position at a time (its own shortcut): the rows of the array's call,
+    # One position at a time (the scalar path): the rows of the array's call,
     # which multiplies the same digit rows; a real position against the oracle.
     rows = cpe.positional_encoding(positions, D, **kwargs)
     for i in (0, 3, len(positions) - 1):
@@ -155,7 +155,7 @@ def test_bad_convention_arguments(kwargs, exc, text):
     with pytest.raises(exc, match=text):
         cpe.positional_encoding_table(3, 8, out=out, **kwargs)
     np.testing.assert_array_equal(out, 7.0)
-    # One position takes a shortcut of its own (with out= and without).
+    # One position takes the scalar path (with out= and without).
     one = np.full(8, 7.0)
     for position in (5, 2.5, np.int64(5)):
         with pytest.raises(exc, match=text):

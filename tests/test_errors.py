@@ -177,8 +177,8 @@ def _misaligned(shape, dtype):
     return out
 
 
-# Outputs of one position (shape (8,)) that must be refused: one position with
-# no layout keyword takes a shortcut with its own checks of out=.
+# Outputs of one position (shape (8,)) that must be refused: a scalar position
+# takes the scalar path of positional_encoding, with the same checks of out=.
 ONE_POSITION_BAD_OUTS = {
     "list": (lambda shape, dtype: [7.0] * 8, TypeError, "out must be a numpy.ndarray"),
     "other dtype": (

@@ -15,6 +15,7 @@ import numpy as np
 
 cimport numpy as cnp
 from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport fabs, isfinite
@@ -49,9 +50,9 @@ cnp.import_array()
 # Integers up to 2**53 are exact doubles; positions beyond would be rounded silently.
 _EXACT_INTEGER_LIMIT = 2 ** 53
 cdef long long _EXACT_LIMIT = 1LL << 53
-_FLOAT64 = np.dtype(np.float64)
-_FLOAT32 = np.dtype(np.float32)
-_FLOAT16 = np.dtype(np.float16)
+cdef object _FLOAT64 = np.dtype(np.float64)
+cdef object _FLOAT32 = np.dtype(np.float32)
+cdef object _FLOAT16 = np.dtype(np.float16)
 cdef object _NP_FLOAT64_TYPE = np.float64
 cdef object _NP_FLOAT32_TYPE = np.float32
 cdef object _NP_FLOAT16_TYPE = np.float16
@@ -92,15 +93,23 @@ def _level_shape(Py_ssize_t n_freq):
 
 cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
     """``value`` as an int ``>= minimum``, or a TypeError/ValueError naming it."""
-    if type(value) is int:  # the common case, without the generic checks
-        count = value
-    elif isinstance(value, (bool, np.bool_)):
+    cdef int overflow = 0
+    cdef long long small
+    if type(value) is int:  # the common case, in C
+        small = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and minimum <= small <= PY_SSIZE_T_MAX:
+            return <Py_ssize_t>small
+    return _count_checked(value, name, minimum)
+
+
+cdef Py_ssize_t _count_checked(value, str name, Py_ssize_t minimum) except -1:
+    """as_count beyond its first branch: any integer, and the errors."""
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool")
-    else:
-        try:
-            count = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
     if count < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {count}")
     if count > sys.maxsize:
@@ -110,6 +119,16 @@ cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
 
 cpdef double as_real(value, str name) except? -1.0:
     """``value`` as a finite float, or a TypeError/ValueError naming it."""
+    cdef double x
+    if type(value) is float:  # the common case, in C
+        x = PyFloat_AS_DOUBLE(value)
+        if isfinite(x):
+            return x
+    return _real_checked(value, name)
+
+
+cdef double _real_checked(value, str name) except? -1.0:
+    """as_real beyond its first branch: any real number, and the errors."""
     cdef double x
     if isinstance(value, float):  # float and its subclasses (np.float64): no checks
         x = value
@@ -157,6 +176,10 @@ cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
 
 
 cpdef object as_dtype(dtype):
+    """``dtype`` as one of the three dtype objects (compared by identity later),
+    or a TypeError naming it."""
+    if dtype is _NP_FLOAT64_TYPE:  # the default
+        return _FLOAT64
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
         return dtype
     if type(dtype) is str:
@@ -347,10 +370,9 @@ cdef bint _too_large(tuple shape, dt):
 # kernels stream) are views of a NumPy byte buffer, which cpe places on a huge
 # page boundary when NumPy's memory for them is not mapped yet: the kernel can
 # then map them with huge pages from the first byte to the last (NumPy asks for
-# huge pages from 4 MiB). NumPy's own 32 MiB array starts 16 bytes past a page:
-# its first and last 2 MiB took ~512 small page faults, ~1 ms on the CI machine,
-# and new 32-64 MiB tables, grids and RoPE pairs of tables took 16-34% less time
-# aligned (256 MiB float64 tables: 4-6%). Memory the allocator hands back
+# huge pages from 4 MiB). NumPy's own large arrays start 16 bytes past a page,
+# so their first and last huge pages are mapped as ~512 small pages each, a
+# page fault apiece (docs/performance.md has the measurements). Memory the allocator hands back
 # already mapped (it can, in long-running processes) takes no page faults at
 # all: it is kept. Always a view at these sizes, whichever memory it got, so
 # that what a call returns does not depend on the allocator's history.
@@ -388,7 +410,7 @@ cdef object _new_array(tuple shape, dt):
     a view of a byte buffer on a huge page boundary unless NumPy's memory is
     mapped already (see above). ``shape`` must not be _too_large."""
     cdef int typenum = -1
-    cdef Py_ssize_t nbytes, extent, length, huge, k, ndim = len(shape)
+    cdef Py_ssize_t nbytes, length, huge, k, ndim = len(shape)
     cdef cnp.npy_intp dims[_DIMS_AT_MOST]
     if dt is _FLOAT64:
         typenum, nbytes = cnp.NPY_FLOAT64, 8
@@ -398,14 +420,15 @@ cdef object _new_array(tuple shape, dt):
         typenum, nbytes = cnp.NPY_FLOAT16, 2
     else:
         nbytes = dt.itemsize
-    for extent in shape:
-        nbytes *= extent
+    if ndim > _DIMS_AT_MOST:
+        return np.empty(shape, dtype=dt)  # NumPy's error
+    for k in range(ndim):
+        dims[k] = shape[k]
+        nbytes *= dims[k]
     if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
-        if typenum < 0 or ndim > _DIMS_AT_MOST:
+        if typenum < 0:
             return np.empty(shape, dtype=dt)
-        for k in range(ndim):
-            dims[k] = shape[k]
-        # np.empty without its Python call and argument parsing (~0.1 us)
+        # np.empty without its Python call and argument parsing
         return cnp.PyArray_EMPTY(<int>ndim, dims, typenum, 0)
     cdef cnp.ndarray raw = np.empty(nbytes, dtype=np.uint8)
     cdef size_t address = <size_t>cnp.PyArray_DATA(raw)
@@ -431,6 +454,18 @@ cdef tuple _dims(cnp.ndarray array):
     return tuple([cnp.PyArray_DIM(array, k) for k in range(cnp.PyArray_NDIM(array))])
 
 
+cdef bint _has_shape(cnp.ndarray array, tuple shape) except -1:
+    """Whether NumPy's own dims of ``array`` are ``shape`` (a tuple of ints)."""
+    cdef int k, overflow = 0
+    if cnp.PyArray_NDIM(array) != len(shape):
+        return False
+    for k in range(len(shape)):
+        if (PyLong_AsLongLongAndOverflow(shape[k], &overflow) != cnp.PyArray_DIM(array, k)
+                or overflow):
+            return False
+    return True
+
+
 cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
     """The array to return: ``out`` after checking it, or a new one.
 
@@ -451,7 +486,7 @@ cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
     if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
                                 and cnp.PyArray_ISNOTSWAPPED(array)):
         raise TypeError(f"{name} must have dtype {dt} (the dtype argument), got {descr}")
-    if _dims(array) != shape:
+    if not _has_shape(array, shape):
         raise ValueError(f"{name} must have shape {shape}, got {_dims(array)}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
         raise ValueError(f"{name} must be C-contiguous and aligned")
@@ -564,16 +599,17 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     cdef int layout_code = CPE_LAYOUT_INTERLEAVED
     cdef Py_ssize_t n_freq = (width + 1) // 2
     cdef double den = width / 2.0
+    cdef bint paper = True
     if convention is not None or layout is not None or freq_shift is not None:
         if freq_shift is not None:
             freq_shift = as_real(freq_shift, "freq_shift")
         layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
+        paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
+                 and den == width / 2.0)
     if not needed:
         return None
     # The paper's encoding is keyed by (width, base, scale) alone, and with the
     # default base and scale by the width alone (a cheaper lookup).
-    paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
-             and den == width / 2.0)
     if paper and base == 10000.0 and scale == 1.0:
         key = width
     elif paper:
@@ -814,124 +850,41 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
         It cannot be combined with ``layout`` or ``freq_shift``."""
 
 
-# Widths up to this take the single-vector shortcut below.
-cdef long long _SHORTCUT_WIDTH = 1 << 24
-
-
-cdef inline bint _plain_real(value, double* x):
-    """A float, or an int that is an exact double, as ``x``; False for anything else
-    (which the generic checks then read or reject)."""
+cdef bint _scalar_position(position, double* p) except -1:
+    """A Python or NumPy int or float scalar as the double ``p`` (True, its value
+    unchanged: float32 and float16 are exact doubles); False for anything else,
+    which _position_array reads or refuses. NaN and infinity are the kernel's
+    error, as in an array."""
     cdef int overflow = 0
     cdef long long whole
-    if type(value) is float:
-        x[0] = value
-        return True
-    if type(value) is int:
-        whole = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT:
-            x[0] = <double>whole
-            return True
-    return False
-
-
-cdef object _python_number(position):
-    """A NumPy integer, float64, float32 or float16 scalar as the Python number it
-    holds (the same value), so that it takes the scalar paths; anything else as is
-    (np.timedelta64, an np.integer to NumPy, is left to be refused)."""
     kind = type(position)
-    if kind is _NP_FLOAT64_TYPE or kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
-        return float(position)
-    if isinstance(position, np.integer) and not isinstance(position, np.timedelta64):
-        return int(position)
-    return position
-
-
-cdef object _single_shortcut(position, D, base, dtype, scale, out, convention, layout,
-                             freq_shift):
-    """``positional_encoding(position, D, ...)`` of one position, or None.
-
-    The common call (an int or float position, an int width, a float or int
-    base and scale, float64 or float32, no ``out`` or a plain one that fits)
-    without the generic argument handling, which costs more than the kernel for
-    small widths. Anything unusual returns None and goes the general way, which
-    also raises the errors. The convention keywords, checked last there too, are
-    checked by _encoding.
-    """
-    cdef int overflow = 0
-    cdef long long width, whole
-    cdef double b, s, p
-    cdef int typenum
-    cdef cnp.ndarray result
-    if dtype is not _NP_FLOAT64_TYPE and dtype is not _NP_FLOAT32_TYPE:
-        dtype = _DTYPE_NAMES.get(dtype) if type(dtype) is str or type(dtype) is type else dtype
-    if dtype is _NP_FLOAT64_TYPE or dtype is _FLOAT64:
-        typenum, dtype = cnp.NPY_FLOAT64, _FLOAT64
-    elif dtype is _NP_FLOAT32_TYPE or dtype is _FLOAT32:
-        typenum, dtype = cnp.NPY_FLOAT32, _FLOAT32
-    else:
-        return None
-    if type(D) is not int or not _plain_real(base, &b) or not _plain_real(scale, &s):
-        return None
-    if type(position) is float:
-        p = position
-        if not isfinite(p):
-            return None
-    else:
-        whole = PyLong_AsLongLongAndOverflow(position, &overflow)
+    if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
+        p[0] = position
+        return True
+    if kind is int or kind is _NP_INT64_TYPE or (
+            isinstance(position, np.integer) and not isinstance(position, np.timedelta64)):
+        whole = PyLong_AsLongLongAndOverflow(position if kind is int else int(position),
+                                             &overflow)
         if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
-            return None
-        p = <double>whole
-    width = PyLong_AsLongLongAndOverflow(D, &overflow)
-    if overflow or not (1 <= width <= _SHORTCUT_WIDTH):
-        return None
-    if not (b > 0.0 and isfinite(b) and isfinite(s)):
-        return None
-    cdef cnp.npy_intp shape = width
-    if out is None:
-        result = None
-    elif (type(out) is np.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>out) == 1
-            and cnp.PyArray_DIM(<cnp.ndarray>out, 0) == shape
-            and <object>cnp.PyArray_DESCR(<cnp.ndarray>out) is dtype
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>out)
-            and cnp.PyArray_ISALIGNED(<cnp.ndarray>out)
-            and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>out)):
-        result = <cnp.ndarray>out
-    else:
-        return None
-    # The paper's encoding with the default base and scale is keyed by the width:
-    # D itself, an int, is that key (no new int object for the lookup).
-    cached = (_encodings.entries.get(D) if b == 10000.0 and s == 1.0 and convention is None
-              and layout is None and freq_shift is None else None)
-    cdef _Encoding enc = (<_Encoding>cached if cached is not None
-                          else _encoding(width, b, s, convention, layout, freq_shift, True))
-    if result is None and width * (4 if typenum == cnp.NPY_FLOAT32 else 8) < _VIEW_OUTPUT_BYTES:
-        # What _new_array((width,), ...) makes at this size, ~45 ns sooner (its
-        # tuple and loops: 13% of a call at D = 512).
-        result = cnp.PyArray_EMPTY(1, &shape, typenum, 0)
-    elif result is None:  # as every large output is made
-        result = _new_array((width,), dtype)
-    _fill(result, NULL, &p, 0.0, 1, enc, enc.layout, "position")
-    return result
+            raise ValueError(
+                f"position must be an integer of magnitude <= 2**53, got {position}")
+        p[0] = <double>whole
+        return True
+    if kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
+        p[0] = float(position)
+        return True
+    return False
 
 
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None):
-    if type(position) is not int and type(position) is not float:
-        position = _python_number(position)
-    if type(position) is int or type(position) is float:
-        result = _single_shortcut(position, D, base, dtype, scale, out, convention, layout,
-                                  freq_shift)
-        if result is not None:
-            return result
     cdef Py_ssize_t width = as_count(D, "D", 1)
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
     cdef double p
     cdef _Encoding enc
-    if type(position) is float or (type(position) is int and abs(position) <= _EXACT_INTEGER_LIMIT):
-        # The common scalar case, without a detour through an array.
-        p = position
+    if _scalar_position(position, &p):  # without a detour through an array
         result = prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
         return _encode(result, dt, &p, 0.0, 1, enc, "position")

@@ -401,6 +401,11 @@ CPE_ALWAYS_INLINE void cpe_chain_step(double *s, double *c, const double *a, Py_
 CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const double *r2,
                                       const double *r3, const int count, Py_ssize_t j,
                                       Py_ssize_t n, double *s, double *c) {
+    if (count == 1) { /* times the identity (0, 1), as the fill loop stores one factor */
+        *s = 0.0 * r0[n + j] + 1.0 * r0[j];
+        *c = 1.0 * r0[n + j] - 0.0 * r0[j];
+        return;
+    }
     *s = r0[j];
     *c = r0[n + j];
     if (count > 1) cpe_chain_step(s, c, r1, j, n);
@@ -410,10 +415,8 @@ CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const 
 
 /* The sine of column j, for the odd columns left over by the loops below. */
 static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j, Py_ssize_t n) {
-    double s = rows[0][j], c = rows[0][n + j];
-    for (int r = 1; r < count; r++) {
-        cpe_chain_step(&s, &c, rows[r], j, n);
-    }
+    double s, c;
+    cpe_chain_impl(rows[0], rows[1], rows[2], rows[3], count, j, n, &s, &c);
     return s;
 }
 
@@ -425,7 +428,9 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
     }
 #define CPE_CHAIN_SWITCH(STORE)                                                  \
     const double *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];     \
-    if (count == 2) {                                                            \
+    if (count == 1) {                                                            \
+        CPE_CHAIN_LOOP(1, STORE)                                                 \
+    } else if (count == 2) {                                                     \
         CPE_CHAIN_LOOP(2, STORE)                                                 \
     } else if (count == 3) {                                                     \
         CPE_CHAIN_LOOP(3, STORE)                                                 \
@@ -433,7 +438,7 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
         CPE_CHAIN_LOOP(4, STORE)                                                 \
     }
 
-/* 2 <= count <= 4 rows; rows[count..3] may be anything readable as a pointer. */
+/* 1 <= count <= 4 rows; rows[count..3] may be anything readable as a pointer. */
 #define CPE_CHAIN_STORES(T)                                                             \
     CPE_ALWAYS_INLINE void cpe_chain_interleaved_##T##_impl(                            \
             T *CPE_RESTRICT row, const double *const *rows, int count, Py_ssize_t n_pairs, \

@@ -504,7 +504,7 @@ def _streams(const unsigned char[::1] out):
 
 cdef inline void _store_chain(floating* row, const double** chain, int count,
                               const columns* c, Py_ssize_t width) noexcept nogil:
-    # The row of the sum of the angles of 2 to 4 pair rows, highest first (see
+    # The row of the sum of the angles of 1 to 4 pair rows, highest first (see
     # cpe_rows.h): the bits of repeated _product_pairs, then _store_product.
     cdef Py_ssize_t j, n_freq = c.n_sin
     cdef floating* sines = row + c.sin_at
@@ -536,8 +536,8 @@ cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
 cdef inline bint _single_from_levels(floating* row, double p, Py_ssize_t width,
                                      Py_ssize_t n_freq, const columns* c,
                                      cpe_levels* lv) noexcept nogil:
-    """One integer position below radix**n_levels whose two to four digit rows are
-    all made: multiplied in registers, highest first, as the loop below multiplies
+    """One integer position below radix**n_levels whose one to four non-zero digit
+    rows are all made: multiplied in registers, highest first, as the loop below multiplies
     them (the same bits, with no scratch memory). False, with nothing written, for
     any other position."""
     cdef const double* factors[4]
@@ -558,7 +558,7 @@ cdef inline bint _single_from_levels(floating* row, double p, Py_ssize_t width,
             return False
         factors[count] = lv.rows + 2 * n_freq * index
         count += 1
-    if count < 2:
+    if count == 0:
         return False
     _store_chain(row, factors, count, c, width)
     if p < 0:
