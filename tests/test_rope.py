@@ -159,8 +159,8 @@ def split_table(table: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(("n", "head_dim", "start"), [(1, 2, 0), (7, 8, -3), (5000, 64, 10**6)])
 def test_tables_are_the_encoding_table_rearranged(n, head_dim, start, layout, dtype):
-    # rope_cos_sin writes both tables in the kernel, a block of rows at a time
-    # (float16: in NumPy); either way the values are those of the encoding table.
+    # rope_cos_sin writes both tables in the kernel (float16: float64 tables
+    # rounded once); either way the values are those of the encoding table.
     cos, sin = cpe.rope_cos_sin(n, head_dim, base=500000.0, start=start, layout=layout, dtype=dtype)
     table = cpe.positional_encoding_table(
         n,

@@ -1045,42 +1045,35 @@ cpdef object table_start(start, Py_ssize_t rows):
     return first
 
 
-# Rows of a float16 RoPE table computed (in float64) and rounded at a time.
-cdef Py_ssize_t _FLOAT16_BLOCK_BYTES = 256 * 1024
-
-
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interleaved):
     """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
 
     For cpe._rope, which has checked the arguments (``base`` converted once) and
     both arrays: C-contiguous, of one dtype (float64, float32 or float16) and the
-    same shape ``(n, head_dim)``, not overlapping. float16 tables are computed
-    in float64 a block of rows at a time and rounded once; every check is made,
-    and the block allocated, before the first row is written.
+    same shape ``(n, head_dim)``, not overlapping.
     """
-    cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0), width = cnp.PyArray_DIM(cos, 1)
-    cdef Py_ssize_t i, rows, block
-    cdef bint half = cnp.PyArray_TYPE(cos) == cnp.NPY_FLOAT16
-    cdef _Encoding enc = _encoding(width, base, 1.0, None, None, None, n != 0)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0)
+    cdef _Encoding enc = _encoding(cnp.PyArray_DIM(cos, 1), base, 1.0, None, None, None, n != 0)
+    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, "start and n")
+
+
+cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positions,
+                         double start, Py_ssize_t n, _Encoding enc, bint interleaved,
+                         str name):
+    """Fill RoPE's checked ``cos`` and ``sin`` (see _fill); float16, as in _encode,
+    computed in float64 (both tables in one array) and rounded once on the way out,
+    so that nothing is written before every check and allocation has succeeded."""
     if n == 0:
-        return
-    cdef double first = float(start)
+        return None
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
-    if not half:
-        _fill(cos, _address(sin), NULL, first, n, enc, layout, "start and n")
-        return
-    # Every check before the first block is written.
-    if not _angles_fit(enc, max(fabs(first), fabs(first + (n - 1)))):
-        _raise_for(CPE_ERR_RANGE, "start and n")
-    block = min(n, max(64, _FLOAT16_BLOCK_BYTES // (width * 8)))
-    cdef cnp.ndarray scratch = np.empty((2, block, width), dtype=np.float64)
-    cos_view, sin_view = np.asarray(cos), np.asarray(sin)  # a subclass's indexing aside
-    cdef char* scratch_sin = _address(scratch) + block * width * 8
-    for i in range(0, n, block):
-        rows = min(block, n - i)
-        _fill(scratch, scratch_sin, NULL, first + i, rows, enc, layout, "start and n")
-        cos_view[i:i + rows] = scratch[0, :rows]
-        sin_view[i:i + rows] = scratch[1, :rows]
+    if cnp.PyArray_TYPE(cos) != cnp.NPY_FLOAT16:
+        _fill(cos, _address(sin), positions, start, n, enc, layout, name)
+        return None
+    cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
+    _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name)
+    np.asarray(cos)[...] = target[0].reshape(_dims(cos))  # a subclass's indexing aside
+    np.asarray(sin)[...] = target[1].reshape(_dims(sin))
+    return None
 
 
 cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
@@ -1127,17 +1120,6 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     if n == 0:
         return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
-    cdef cnp.ndarray target
-    cdef char* sin_data
-    if dt is _FLOAT16:  # float64 rows of both tables, rounded once below
-        target = np.empty((2, n * head_dim), dtype=np.float64)
-        sin_data = _address(target) + n * head_dim * cnp.PyArray_ITEMSIZE(target)
-    else:
-        target, sin_data = cos, _address(sin)
-    _fill(target, sin_data, <const double*>_address(pos), 0.0, n, enc,
-          CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF,
-          "n (the positions)")
-    if dt is _FLOAT16:
-        cos[...] = target[0].reshape(shape)
-        sin[...] = target[1].reshape(shape)
+    _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved,
+                 "n (the positions)")
     return cos, sin
