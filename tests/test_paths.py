@@ -62,8 +62,7 @@ BIG_REQUESTS = {
         "cpe.positional_encoding_table(63, 66592, dtype=np.float32,"
         " out=on_line((63, 66592), np.float32, 0))"
     ),
-    # Streamed rows read at the output's offset from a cache line (see
-    # _stream_offset): outputs on a line, and 8 bytes past one.
+    # Streamed chunks from outputs on a cache line and 8 bytes past one.
     "table f64, out= on a cache line": (
         "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048, out=on_line((2048, 1024),"
         " np.float64, 0))"
@@ -81,10 +80,24 @@ BIG_REQUESTS = {
         "cpe.positional_encoding(np.arange(40000) * 7 % 600, 128, dtype=np.float32,"
         " out=on_line((40000, 128), np.float32, 0))"
     ),
+    # Every layout is built a chunk of rows at a time and streamed: the blocked
+    # ones, and rows that are no whole number of 16-byte units (chunks of 2 rows
+    # and more, the output ending in a partial unit).
+    "table f64 sin_cos": (
+        "cpe.positional_encoding_table(2048, 1024, start=10**6 - 2048, layout='sin_cos',"
+        " out=on_line((2048, 1024), np.float64, 0))"
+    ),
+    "table f32 cos_sin, odd width": (
+        "cpe.positional_encoding_table(4099, 1025, start=10**6 - 4099, dtype=np.float32,"
+        " layout='cos_sin', out=on_line((4099, 1025), np.float32, 0))"
+    ),
+    "table f64, odd width and rows": (
+        "cpe.positional_encoding_table(2047, 1027, start=10**6 - 2047,"
+        " out=on_line((2047, 1027), np.float64, 0))"
+    ),
     # RoPE tables of 16 MiB together: built in a buffer, 8 KiB of rows at a time,
-    # and streamed; blocks of 32 rows (head_dim > 128) end in a partial chunk.
-    # Rows of 520 bytes, not a multiple of 16, are written in place instead
-    # (streamed, the second chunk would start off a 16-byte boundary).
+    # and streamed; blocks of 32 rows (head_dim > 128) end in a partial chunk,
+    # and rows of 520 bytes take chunks of an even number of rows.
     "rope f32 half": (
         "np.stack(cpe.rope_cos_sin(16384, 128, start=10**6 - 16384, dtype=np.float32,"
         " out=mapped_pair((16384, 128), np.float32)))"
@@ -108,8 +121,7 @@ BIG_REQUESTS = {
 }
 # RoPE tables of position ids, streamed the same way and ending in a partial
 # chunk (16 and 8 rows a chunk here): ids of one, two and three digits, negative
-# ones too; beyond 65536, a dense span of ids (across 0, with some 0s) takes
-# digit tables of the span instead. Name: (ids, keywords).
+# ones too, and dense spans of ids across 0 (with some 0s). Name: (ids, keywords).
 ROPE_IDS = {
     "rope ids f32 half": (
         "np.arange(16389) * 7919 % 131071 - 65535",
@@ -379,11 +391,20 @@ def test_big_outputs_meet_the_bounds(name, report_error):
         )
     base = 777.0 if "777" in BIG_REQUESTS[name] else 10000.0
     bound = 3.0e-8 if array.dtype == np.float32 else 1e-15
+    n_sin = (D + 1) // 2
+    n_cos = D - n_sin
     for i in rng.integers(0, array.shape[0], 30).tolist():
         for k in rng.integers(0, D, 6).tolist():
+            # The column's place in the interleaved layout, which error() reads.
+            if "sin_cos" in BIG_REQUESTS[name]:
+                k_interleaved = 2 * k if k < n_sin else 2 * (k - n_sin) + 1
+            elif "cos_sin" in BIG_REQUESTS[name]:
+                k_interleaved = 2 * k + 1 if k < n_cos else 2 * (k - n_cos)
+            else:
+                k_interleaved = k
             report_error(
                 f"{array.dtype.name}, outputs >= 16 MiB",
-                error(array[i, k], int(positions[i]), D, k, base),
+                error(array[i, k], int(positions[i]), D, k_interleaved, base),
                 bound,
             )
 

@@ -470,165 +470,19 @@ CPE_MULTIVERSION(cpe_chain_blocked_float,
                   Py_ssize_t n_pairs, Py_ssize_t n_freq),
                  (sines, cosines, rows, count, n_pairs, n_freq))
 
-/* ---- streaming (non-temporal) stores of interleaved rows ----
+/* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
- * what limits the plain loops. SSE2 is part of every x86-64 CPU; the AVX2 and
- * AVX-512 copies do four and eight pairs a step. Same operations as
- * cpe_store_interleaved_*, so the same bits. Pairs before the first aligned
- * address and after the last full vector are streamed one at a time.
- * The caller ends a run of these with cpe_stream_fence(). */
+ * what limits plain stores: the fill loop builds a chunk of rows in a buffer
+ * that stays in L1 and streams it with cpe_stream_bytes (SSE2, part of every
+ * x86-64 CPU). The caller ends a run of these with cpe_stream_fence(). */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define CPE_HAVE_STREAM 1
 
-/* One pair, also with a non-temporal store: a cache line written partly with
-   ordinary stores and partly with streaming ones is much slower than either.
-   Rows are 16-byte aligned for double and 8-byte aligned for float. */
-CPE_ALWAYS_INLINE void cpe_pair_stream_double(double *dst, double s, double c) {
-    _mm_stream_pd(dst, _mm_set_pd(c, s));
-}
-CPE_ALWAYS_INLINE void cpe_pair_stream_float(float *dst, double s, double c) {
-    float pair[2] = {(float)s, (float)c};
-    long long bits;
-    memcpy(&bits, pair, sizeof bits);
-    _mm_stream_si64((long long *)dst, bits);
-}
-#define CPE_PAIR_STORE(T, j)                                                  \
-    cpe_pair_stream_##T(row + 2 * (j), b[j] * a_c[j] + b_c[j] * a[j],         \
-                        b_c[j] * a_c[j] - b[j] * a[j])
-
-static void cpe_stream_f64_sse2(double *row, const double *a, const double *b,
-                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 15); j++) CPE_PAIR_STORE(double, j);
-    for (; j + 2 <= n_pairs; j += 2) {
-        __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
-        __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
-        __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
-        __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
-        _mm_stream_pd(row + 2 * j, _mm_unpacklo_pd(s, c));
-        _mm_stream_pd(row + 2 * j + 2, _mm_unpackhi_pd(s, c));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
-}
-
-static void cpe_stream_f32_sse2(float *row, const double *a, const double *b,
-                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 15); j++) CPE_PAIR_STORE(float, j);
-    for (; j + 2 <= n_pairs; j += 2) {
-        __m128d as = _mm_loadu_pd(a + j), ac = _mm_loadu_pd(a_c + j);
-        __m128d bs = _mm_loadu_pd(b + j), bc = _mm_loadu_pd(b_c + j);
-        __m128d s = _mm_add_pd(_mm_mul_pd(bs, ac), _mm_mul_pd(bc, as));
-        __m128d c = _mm_sub_pd(_mm_mul_pd(bc, ac), _mm_mul_pd(bs, as));
-        __m128 lo = _mm_cvtpd_ps(_mm_unpacklo_pd(s, c));
-        __m128 hi = _mm_cvtpd_ps(_mm_unpackhi_pd(s, c));
-        _mm_stream_ps(row + 2 * j, _mm_movelh_ps(lo, hi));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
-}
-
-#if CPE_X86_DISPATCH
-CPE_AVX2_TARGET static void cpe_stream_f64_avx2(double *row, const double *a, const double *b,
-                                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 31); j++) CPE_PAIR_STORE(double, j);
-    for (; j + 4 <= n_pairs; j += 4) {
-        __m256d as = _mm256_loadu_pd(a + j), ac = _mm256_loadu_pd(a_c + j);
-        __m256d bs = _mm256_loadu_pd(b + j), bc = _mm256_loadu_pd(b_c + j);
-        __m256d s = _mm256_add_pd(_mm256_mul_pd(bs, ac), _mm256_mul_pd(bc, as));
-        __m256d c = _mm256_sub_pd(_mm256_mul_pd(bc, ac), _mm256_mul_pd(bs, as));
-        __m256d lo = _mm256_unpacklo_pd(s, c); /* s0 c0 s2 c2 */
-        __m256d hi = _mm256_unpackhi_pd(s, c); /* s1 c1 s3 c3 */
-        _mm256_stream_pd(row + 2 * j, _mm256_permute2f128_pd(lo, hi, 0x20));
-        _mm256_stream_pd(row + 2 * j + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
-}
-
-CPE_AVX2_TARGET static void cpe_stream_f32_avx2(float *row, const double *a, const double *b,
-                                                Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 31); j++) CPE_PAIR_STORE(float, j);
-    for (; j + 4 <= n_pairs; j += 4) {
-        __m256d as = _mm256_loadu_pd(a + j), ac = _mm256_loadu_pd(a_c + j);
-        __m256d bs = _mm256_loadu_pd(b + j), bc = _mm256_loadu_pd(b_c + j);
-        __m256d s = _mm256_add_pd(_mm256_mul_pd(bs, ac), _mm256_mul_pd(bc, as));
-        __m256d c = _mm256_sub_pd(_mm256_mul_pd(bc, ac), _mm256_mul_pd(bs, as));
-        __m128 s4 = _mm256_cvtpd_ps(s), c4 = _mm256_cvtpd_ps(c);
-        __m128 lo = _mm_unpacklo_ps(s4, c4); /* s0 c0 s1 c1 */
-        __m128 hi = _mm_unpackhi_ps(s4, c4); /* s2 c2 s3 c3 */
-        _mm256_stream_ps(row + 2 * j, _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
-}
-
-CPE_AVX512_TARGET static void cpe_stream_f64_avx512(double *row, const double *a,
-                                                    const double *b, Py_ssize_t n_freq,
-                                                    Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    /* indices into (s, c): 0-7 pick s, 8-15 pick c */
-    const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
-    const __m512i second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 63); j++) CPE_PAIR_STORE(double, j);
-    for (; j + 8 <= n_pairs; j += 8) {
-        __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a_c + j);
-        __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b_c + j);
-        __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
-        __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
-        _mm512_stream_pd(row + 2 * j, _mm512_permutex2var_pd(s, first, c));
-        _mm512_stream_pd(row + 2 * j + 8, _mm512_permutex2var_pd(s, second, c));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(double, j);
-}
-
-CPE_AVX512_TARGET static void cpe_stream_f32_avx512(float *row, const double *a,
-                                                    const double *b, Py_ssize_t n_freq,
-                                                    Py_ssize_t n_pairs) {
-    const double *a_c = a + n_freq, *b_c = b + n_freq;
-    Py_ssize_t j = 0;
-    for (; j < n_pairs && ((uintptr_t)(row + 2 * j) & 63); j++) CPE_PAIR_STORE(float, j);
-    for (; j + 8 <= n_pairs; j += 8) {
-        _mm512_stream_ps(row + 2 * j, cpe_pairs8_float_avx512(a, b, j, n_freq));
-    }
-    for (; j < n_pairs; j++) CPE_PAIR_STORE(float, j);
-}
-#endif
-
-/* All n_pairs pairs of an interleaved row, streamed where aligned, with the
-   widest copy in use. */
-#if CPE_X86_DISPATCH
-#define CPE_STREAM_DISPATCH(bits, T)                                                      \
-    static void cpe_stream_product_##bits(T *row, const double *a, const double *b,        \
-                                          Py_ssize_t n_freq, Py_ssize_t n_pairs) {         \
-        if (cpe_rows_level == 2) {                                                         \
-            cpe_stream_##bits##_avx512(row, a, b, n_freq, n_pairs);                        \
-        } else if (cpe_rows_level == 1) {                                                  \
-            cpe_stream_##bits##_avx2(row, a, b, n_freq, n_pairs);                          \
-        } else {                                                                           \
-            cpe_stream_##bits##_sse2(row, a, b, n_freq, n_pairs);                          \
-        }                                                                                  \
-    }
-#else
-#define CPE_STREAM_DISPATCH(bits, T)                                                      \
-    static void cpe_stream_product_##bits(T *row, const double *a, const double *b,        \
-                                          Py_ssize_t n_freq, Py_ssize_t n_pairs) {         \
-        cpe_stream_##bits##_sse2(row, a, b, n_freq, n_pairs);                              \
-    }
-#endif
-CPE_STREAM_DISPATCH(f64, double)
-CPE_STREAM_DISPATCH(f32, float)
-
 static void cpe_stream_fence(void) { _mm_sfence(); }
 
-/* n bytes from src to dst with non-temporal 16-byte stores. dst and n are
-   multiples of 16 (the caller checks), so that no cache line mixes both kinds
-   of stores. */
+/* n bytes from src to dst, dst 16-byte aligned, with non-temporal 16-byte
+   stores; the last n % 16 bytes (the end of an output) with ordinary ones. */
 static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
     size_t k = 0;
     for (; k + 64 <= n; k += 64) {
@@ -641,19 +495,12 @@ static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
         _mm_stream_si128((__m128i *)(dst + k + 32), c);
         _mm_stream_si128((__m128i *)(dst + k + 48), d);
     }
-    for (; k < n; k += 16)
+    for (; k + 16 <= n; k += 16)
         _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+    if (k < n) memcpy(dst + k, src + k, n - k);
 }
 #else
 #define CPE_HAVE_STREAM 0
-static void cpe_stream_product_f64(double *row, const double *a, const double *b,
-                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    cpe_store_interleaved_double(row, a, b, n_pairs, n_freq);
-}
-static void cpe_stream_product_f32(float *row, const double *a, const double *b,
-                                   Py_ssize_t n_freq, Py_ssize_t n_pairs) {
-    cpe_store_interleaved_float(row, a, b, n_pairs, n_freq);
-}
 static void cpe_stream_fence(void) {}
 static void cpe_stream_bytes(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
 #endif

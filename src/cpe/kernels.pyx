@@ -39,10 +39,6 @@ cdef extern from "cpe_memory.h":
 
 cdef extern from "cpe_rows.h":
     bint CPE_HAVE_STREAM
-    void cpe_stream_product_f64(double* row, const double* a, const double* b,
-                                Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
-    void cpe_stream_product_f32(float* row, const double* a, const double* b,
-                                Py_ssize_t n_freq, Py_ssize_t n_pairs) noexcept nogil
     void cpe_stream_fence() noexcept nogil
     void cpe_stream_bytes(char* dst, const char* src, size_t n) noexcept nogil
     int cpe_rows_level
@@ -109,8 +105,8 @@ def _tile_rows(unsigned char[:, ::1] out, const unsigned char[:, ::1] first,
     The arrays are bytes (any dtype, viewed as uint8). ``segments`` lists
     ``(source, src_start, dst_start, length)`` in bytes, ``source`` 0 for
     ``first`` and 1 for ``second``. NumPy's broadcast assignment does the same
-    through glibc's memcpy, which was 2-3x slower than ``out.fill`` here for 32 MiB
-    grids (AMD Zen 4): outputs of STREAM_BYTES and more are streamed, as tables are.
+    with ordinary stores, which read every cache line first: outputs of
+    STREAM_BYTES and more are streamed, as tables are.
     """
     cdef Py_ssize_t rows = first.shape[0], columns = second.shape[0], width = out.shape[1]
     cdef Py_ssize_t spec[8][4]
@@ -359,7 +355,7 @@ cdef inline void _product_pairs(double* pair_row, const double* a, const double*
 
 
 cdef inline void _store_product(floating* row, const double* a, const double* b,
-                                const columns* c, Py_ssize_t width, bint stream) noexcept nogil:
+                                const columns* c, Py_ssize_t width) noexcept nogil:
     # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
     # loops (cpe_rows.h) are specialized by layout so that their strides are
     # constants.
@@ -368,12 +364,7 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
     cdef const double* b_c = b + n_freq
     cdef floating* sines = row + c.sin_at
     cdef floating* cosines = row + c.cos_at
-    if c.sin_step == 2 and stream and (<uintptr_t>row) % (2 * sizeof(floating)) == 0:
-        if floating is double:
-            cpe_stream_product_f64(row, a, b, n_freq, c.n_cos)
-        else:
-            cpe_stream_product_f32(row, a, b, n_freq, c.n_cos)
-    elif c.sin_step == 2:
+    if c.sin_step == 2:
         if floating is double:
             cpe_store_interleaved_double(row, a, b, c.n_cos, n_freq)
         else:
@@ -406,67 +397,73 @@ cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const
             cpe_rope_interleaved_float(cos_row, sin_row, a, b, n_freq)
 
 
-# RoPE tables of 16 MiB and more (both together) are built a chunk of rows at a
-# time in a buffer, from which they are streamed: both chunks stay in L1.
-cdef Py_ssize_t _ROPE_CHUNK_BYTES = 8 * 1024
+# Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
+# from which the chunk is streamed (see _streaming): one mechanism for every
+# layout, one table or RoPE's two.
+cdef Py_ssize_t _CHUNK_BYTES = 8 * 1024
 
 
-cdef struct rope_rows:
-    # Where row i of RoPE's tables is built: in place (owned == NULL), or in the
-    # next slot of the cos and sin chunks, streamed once full (rows must then be
-    # built in order, 0, 1, 2, ...).
-    char* owned             # malloc'd, freed by _rope_rows_free
-    char* cos_chunk         # on a cache line
-    char* sin_chunk
-    Py_ssize_t chunk        # rows a chunk
+cdef struct row_sink:
+    # Where row i of the output (and of RoPE's sin table) is built: in place
+    # (owned == NULL), or in the next slot of the chunks, streamed once full
+    # (rows must then be built in order, 0, 1, 2, ...).
+    char* owned             # malloc'd, freed by _sink_free
+    char* chunk[2]          # on a cache line: the output's, the sin table's
+    Py_ssize_t rows         # rows a chunk: a whole number of 16-byte units
     Py_ssize_t slot         # rows in the chunks
     Py_ssize_t row_bytes
 
 
-cdef inline int _rope_rows_init(rope_rows* r, const void* cos_out, const void* sin_out,
-                                Py_ssize_t n_rows, Py_ssize_t width,
-                                size_t itemsize) noexcept nogil:
-    """Streamed when there is a sin table, both tables together are large enough
-    to stream and every row starts 16-byte aligned; else in place."""
-    r.owned = r.cos_chunk = r.sin_chunk = NULL
-    r.chunk = 1
+cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
+                           Py_ssize_t n_rows, Py_ssize_t width,
+                           size_t itemsize) noexcept nogil:
+    """Streamed when the output (both tables together) is large enough to
+    stream and starts 16-byte aligned; else in place."""
+    r.owned = r.chunk[0] = r.chunk[1] = NULL
+    r.rows = 1
     r.slot = 0
     r.row_bytes = width * <Py_ssize_t>itemsize
-    if not (sin_out != NULL and _streaming(cos_out, n_rows, width, itemsize, sin_out)
-            and r.row_bytes % 16 == 0
-            and (<uintptr_t>cos_out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
+    if not (_streaming(out, n_rows, width, itemsize, sin_out)
+            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
         return CPE_OK
-    r.chunk = max(1, _ROPE_CHUNK_BYTES // r.row_bytes)
-    r.owned = <char*>malloc(2 * r.chunk * r.row_bytes + 64)
+    # Rows whose bytes make whole 16-byte units (1, 2, 4, 8 or 16 of them).
+    cdef Py_ssize_t unit = 16
+    while unit > 1 and (r.row_bytes * (unit // 2)) % 16 == 0:
+        unit //= 2
+    r.rows = max(unit, _CHUNK_BYTES // r.row_bytes // unit * unit)
+    cdef Py_ssize_t tables = 1 if sin_out == NULL else 2
+    r.owned = <char*>malloc(tables * r.rows * r.row_bytes + 64)
     if r.owned == NULL:
         return CPE_ERR_NOMEM
-    r.cos_chunk = <char*>_line_start(<double*>r.owned)
-    r.sin_chunk = r.cos_chunk + r.chunk * r.row_bytes
+    r.chunk[0] = <char*>_line_start(<double*>r.owned)
+    r.chunk[1] = r.chunk[0] + r.rows * r.row_bytes
     return CPE_OK
 
 
-cdef inline floating* _rope_row(const rope_rows* r, floating* table, Py_ssize_t i,
-                                Py_ssize_t width, bint sines) noexcept nogil:
-    """Where row i of ``table`` (the cos table, or the sin table if ``sines``) is built."""
+cdef inline floating* _sink_row(const row_sink* r, floating* table, Py_ssize_t i,
+                                Py_ssize_t width, int which) noexcept nogil:
+    """Where row i of ``table`` (the output, which=0, or the sin table, 1) is built."""
     if r.owned == NULL:
         return table + i * width
-    return <floating*>((r.sin_chunk if sines else r.cos_chunk) + r.slot * r.row_bytes)
+    return <floating*>(r.chunk[which] + r.slot * r.row_bytes)
 
 
-cdef inline void _rope_row_done(rope_rows* r, floating* cos_out, floating* sin_out,
-                                Py_ssize_t i, Py_ssize_t last, Py_ssize_t width) noexcept nogil:
-    """Row i of both tables is built: stream the chunks when full, or at row ``last``."""
+cdef inline void _sink_row_done(row_sink* r, floating* out, floating* sin_out,
+                                Py_ssize_t i, Py_ssize_t last,
+                                Py_ssize_t width) noexcept nogil:
+    """Row i is built: stream the chunks when full, or at row ``last``."""
     if r.owned == NULL:
         return
     r.slot += 1
-    if r.slot == r.chunk or i == last:
+    if r.slot == r.rows or i == last:
         i -= r.slot - 1  # the first row in the chunks
-        cpe_stream_bytes(<char*>(cos_out + i * width), r.cos_chunk, r.slot * r.row_bytes)
-        cpe_stream_bytes(<char*>(sin_out + i * width), r.sin_chunk, r.slot * r.row_bytes)
+        cpe_stream_bytes(<char*>(out + i * width), r.chunk[0], r.slot * r.row_bytes)
+        if sin_out != NULL:
+            cpe_stream_bytes(<char*>(sin_out + i * width), r.chunk[1], r.slot * r.row_bytes)
         r.slot = 0
 
 
-cdef inline void _rope_rows_free(rope_rows* r) noexcept nogil:
+cdef inline void _sink_free(row_sink* r) noexcept nogil:
     """Fence the streamed stores (before anything else is written), then free."""
     if r.owned != NULL:
         cpe_stream_fence()
@@ -489,7 +486,7 @@ cdef inline bint _streaming(const void* out, Py_ssize_t rows, Py_ssize_t width,
     table) are written with streaming stores: outputs of STREAM_BYTES and more
     whose memory is already mapped, or may be (see cpe_memory.h)."""
     cdef Py_ssize_t n_bytes = rows * width * <Py_ssize_t>itemsize
-    if not (STREAM_ENABLED and width % 2 == 0
+    if not (STREAM_ENABLED
             and n_bytes >= (STREAM_BYTES if sin_out == NULL else STREAM_BYTES // 2)):
         return False
     return cpe_mostly_mapped(out, n_bytes) != 0 and (sin_out == NULL
@@ -702,9 +699,9 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
             own.rows = _line_start(own_rows)
     if levels == NULL:
         levels = &own
-    cdef rope_rows chunks
-    if owned == NULL or _rope_rows_init(&chunks, out, sin_out if rope else NULL, n, width,
-                                        sizeof(floating)) != CPE_OK:
+    cdef row_sink sink
+    if owned == NULL or _sink_init(&sink, out, sin_out if rope else NULL, n, width,
+                                   sizeof(floating)) != CPE_OK:
         free(owned)
         free(own_rows)
         free(own.state)
@@ -718,7 +715,6 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
         identity[j] = 0.0
         identity[n_freq + j] = 1.0
 
-    cdef bint stream = not rope and _streaming(out, n, width, sizeof(floating))
     cdef long long prefix[8]
     cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
     cdef long long m, high, current_high = -1, key
@@ -727,7 +723,7 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     cdef double p
     cdef const double* a
     cdef const double* b
-    cdef floating* cos_row
+    cdef floating* row
     for k in range(n_levels):
         prefix[k] = -1
     for i in range(n):
@@ -771,17 +767,15 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
             _sincos_row(single, p, w_hi, w_lo, n_freq)
             a = single
             b = identity
-        if not rope:
-            _store_product(out + i * width, a, b, &c, width, stream)
-            continue
-        cos_row = _rope_row(&chunks, out, i, width, False)
-        _store_rope_product(cos_row, _rope_row(&chunks, sin_out, i, width, True), a, b, n_freq,
-                            CPE_LAYOUT_SIN_COS if layout == CPE_LAYOUT_ROPE_HALF
-                            else CPE_LAYOUT_INTERLEAVED)
-        _rope_row_done(&chunks, out, sin_out, i, n - 1, width)
-    _rope_rows_free(&chunks)
-    if stream:
-        cpe_stream_fence()
+        row = _sink_row(&sink, out, i, width, 0)
+        if rope:
+            _store_rope_product(row, _sink_row(&sink, sin_out, i, width, 1), a, b, n_freq,
+                                CPE_LAYOUT_SIN_COS if layout == CPE_LAYOUT_ROPE_HALF
+                                else CPE_LAYOUT_INTERLEAVED)
+        else:
+            _store_product(row, a, b, &c, width)
+        _sink_row_done(&sink, out, sin_out if rope else NULL, i, n - 1, width)
+    _sink_free(&sink)
     free(owned)
     free(own_rows)
     free(own.state)
