@@ -234,70 +234,6 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
     return cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
 }
 
-/* ---- angle addition: (sin, cos)(x + y) from the pair rows of x and y ----
- * Pair rows hold n sines then n cosines. These loops are memory- and
- * multiply-bound; the SIMD copies run the same operations (no FMA) as the
- * portable one, so all give the same bits. */
-
-CPE_ALWAYS_INLINE void cpe_product_pairs_impl(double *CPE_RESTRICT out, const double *a,
-                                              const double *b, Py_ssize_t n) {
-    const double *a_c = a + n, *b_c = b + n;
-    double *CPE_RESTRICT out_c = out + n;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        out[j] = b[j] * a_c[j] + b_c[j] * a[j];
-        out_c[j] = b_c[j] * a_c[j] - b[j] * a[j];
-    }
-}
-
-/* sin at row[2j], cos at row[2j + 1] for j < n_pairs, from rows of n_freq pairs. */
-#define CPE_STORE_INTERLEAVED(T)                                                        \
-    CPE_ALWAYS_INLINE void cpe_store_interleaved_##T##_impl(                            \
-            T *CPE_RESTRICT row, const double *a, const double *b, Py_ssize_t n_pairs,  \
-            Py_ssize_t n_freq) {                                                        \
-        const double *a_c = a + n_freq, *b_c = b + n_freq;                              \
-        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
-            row[2 * j] = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                            \
-            row[2 * j + 1] = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                        \
-        }                                                                               \
-    }
-/* sines[j] and cosines[j] for j < n_pairs (the blocked layouts). */
-#define CPE_STORE_BLOCKED(T)                                                            \
-    CPE_ALWAYS_INLINE void cpe_store_blocked_##T##_impl(                                \
-            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *a,            \
-            const double *b, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                   \
-        const double *a_c = a + n_freq, *b_c = b + n_freq;                              \
-        for (Py_ssize_t j = 0; j < n_pairs; j++) {                                      \
-            sines[j] = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                              \
-            cosines[j] = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                            \
-        }                                                                               \
-    }
-CPE_STORE_INTERLEAVED(double)
-CPE_STORE_INTERLEAVED(float)
-CPE_STORE_BLOCKED(double)
-CPE_STORE_BLOCKED(float)
-
-/* RoPE's rows of x + y: each (co)sine twice, as [v_0 .. v_{n-1}, v_0 .. v_{n-1}]
-   ("half") or [v_0, v_0, v_1, v_1, ...]. The values of cpe_store_*, written
-   once where they go, instead of an encoding row rearranged afterwards. */
-#define CPE_ROPE_STORE(T, name, STORE)                                                  \
-    CPE_ALWAYS_INLINE void cpe_rope_##name##_##T##_impl(                                \
-            T *CPE_RESTRICT cos_row, T *CPE_RESTRICT sin_row, const double *a,          \
-            const double *b, Py_ssize_t n) {                                            \
-        const double *a_c = a + n, *b_c = b + n;                                        \
-        for (Py_ssize_t j = 0; j < n; j++) {                                            \
-            T s = (T)(b[j] * a_c[j] + b_c[j] * a[j]);                                   \
-            T c = (T)(b_c[j] * a_c[j] - b[j] * a[j]);                                   \
-            STORE;                                                                      \
-        }                                                                               \
-    }
-#define CPE_ROPE_STORES(T)                                                              \
-    CPE_ROPE_STORE(T, half, (cos_row[j] = cos_row[n + j] = c,                           \
-                             sin_row[j] = sin_row[n + j] = s))                          \
-    CPE_ROPE_STORE(T, interleaved, (cos_row[2 * j] = cos_row[2 * j + 1] = c,            \
-                                    sin_row[2 * j] = sin_row[2 * j + 1] = s))
-CPE_ROPE_STORES(double)
-CPE_ROPE_STORES(float)
-
 /* One copy per instruction set and a function that calls the one in use.
    CPE_MULTIVERSION_OWN_AVX512 takes a name##_avx512 written by hand. */
 #if CPE_X86_DISPATCH
@@ -322,72 +258,13 @@ CPE_ROPE_STORES(float)
 #define CPE_MULTIVERSION_OWN_AVX512 CPE_MULTIVERSION
 #endif
 
-#if CPE_X86_DISPATCH
-#include <immintrin.h>
-/* Pairs j to j + 7 of the product of pair rows a and b (the operations of
-   cpe_store_interleaved_*), rounded to float and interleaved: sin, cos, sin, ...
-   One vpermt2ps for 8 pairs: the loops using this are bound by their arithmetic
-   and shuffles, not by memory. */
-CPE_AVX512_TARGET CPE_ALWAYS_INLINE __m512 cpe_pairs8_float_avx512(
-        const double *a, const double *b, Py_ssize_t j, Py_ssize_t n_freq) {
-    /* indices into (s, c) as 16 floats each: 0-7 pick s, 16-23 pick c */
-    const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
-                                            4, 20, 5, 21, 6, 22, 7, 23);
-    __m512d as = _mm512_loadu_pd(a + j), ac = _mm512_loadu_pd(a + n_freq + j);
-    __m512d bs = _mm512_loadu_pd(b + j), bc = _mm512_loadu_pd(b + n_freq + j);
-    __m512d s = _mm512_add_pd(_mm512_mul_pd(bs, ac), _mm512_mul_pd(bc, as));
-    __m512d c = _mm512_sub_pd(_mm512_mul_pd(bc, ac), _mm512_mul_pd(bs, as));
-    __m512 s8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(s));
-    __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(c));
-    return _mm512_permutex2var_ps(s8, pairs, c8);
-}
-
-/* Written by hand: it took 10-19% less time than GCC's vectorization of
-   cpe_store_interleaved_float_impl (float32 tables below the streaming size). */
-CPE_AVX512_TARGET static void cpe_store_interleaved_float_avx512(
-        float *row, const double *a, const double *b, Py_ssize_t n_pairs, Py_ssize_t n_freq) {
-    Py_ssize_t j = 0;
-    for (; j + 8 <= n_pairs; j += 8) {
-        _mm512_storeu_ps(row + 2 * j, cpe_pairs8_float_avx512(a, b, j, n_freq));
-    }
-    cpe_store_interleaved_float_impl(row + 2 * j, a + j, b + j, n_pairs - j, n_freq);
-}
-#endif
-
-CPE_MULTIVERSION(cpe_product_pairs,
-                 (double *out, const double *a, const double *b, Py_ssize_t n),
-                 (out, a, b, n))
-CPE_MULTIVERSION(cpe_store_interleaved_double,
-                 (double *row, const double *a, const double *b, Py_ssize_t n_pairs,
-                  Py_ssize_t n_freq),
-                 (row, a, b, n_pairs, n_freq))
-CPE_MULTIVERSION_OWN_AVX512(cpe_store_interleaved_float,
-                 (float *row, const double *a, const double *b, Py_ssize_t n_pairs,
-                  Py_ssize_t n_freq),
-                 (row, a, b, n_pairs, n_freq))
-#define CPE_ROPE_MULTIVERSION(name, T)                                                 \
-    CPE_MULTIVERSION(name,                                                             \
-                     (T *cos_row, T *sin_row, const double *a, const double *b,         \
-                      Py_ssize_t n),                                                   \
-                     (cos_row, sin_row, a, b, n))
-CPE_ROPE_MULTIVERSION(cpe_rope_half_double, double)
-CPE_ROPE_MULTIVERSION(cpe_rope_half_float, float)
-CPE_ROPE_MULTIVERSION(cpe_rope_interleaved_double, double)
-CPE_ROPE_MULTIVERSION(cpe_rope_interleaved_float, float)
-CPE_MULTIVERSION(cpe_store_blocked_double,
-                 (double *sines, double *cosines, const double *a, const double *b,
-                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
-                 (sines, cosines, a, b, n_pairs, n_freq))
-CPE_MULTIVERSION(cpe_store_blocked_float,
-                 (float *sines, float *cosines, const double *a, const double *b,
-                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
-                 (sines, cosines, a, b, n_pairs, n_freq))
-
-/* ---- chains: the row of x_0 + x_1 + ... from up to four pair rows ----
- * acc = rows[0], then acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ... with the
- * operations of cpe_product_pairs(out, a = rows[r], b = acc), the last one those
- * of cpe_store_*: the same bits as that sequence, without writing the partial
- * products to memory (the fill loop's single rows). */
+/* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
+ * Pair rows hold n sines then n cosines. acc = rows[0], then
+ * acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ...: the one complex product
+ * (cpe_chain_step), the result stored in a layout. A single row is stored as its
+ * product with the identity (0, 1), as the fill loop stores it. These loops are
+ * memory- and multiply-bound; the SIMD copies run the same operations (no FMA)
+ * as the portable one, so all give the same bits. */
 
 CPE_ALWAYS_INLINE void cpe_chain_step(double *s, double *c, const double *a, Py_ssize_t j,
                                       Py_ssize_t n) {
@@ -401,7 +278,7 @@ CPE_ALWAYS_INLINE void cpe_chain_step(double *s, double *c, const double *a, Py_
 CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const double *r2,
                                       const double *r3, const int count, Py_ssize_t j,
                                       Py_ssize_t n, double *s, double *c) {
-    if (count == 1) { /* times the identity (0, 1), as the fill loop stores one factor */
+    if (count == 1) {
         *s = 0.0 * r0[n + j] + 1.0 * r0[j];
         *c = 1.0 * r0[n + j] - 0.0 * r0[j];
         return;
@@ -438,37 +315,64 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
         CPE_CHAIN_LOOP(4, STORE)                                                 \
     }
 
-/* 1 <= count <= 4 rows; rows[count..3] may be anything readable as a pointer. */
-#define CPE_CHAIN_STORES(T)                                                             \
-    CPE_ALWAYS_INLINE void cpe_chain_interleaved_##T##_impl(                            \
-            T *CPE_RESTRICT row, const double *const *rows, int count, Py_ssize_t n_pairs, \
-            Py_ssize_t n_freq) {                                                        \
-        CPE_CHAIN_SWITCH((row[2 * j] = (T)s, row[2 * j + 1] = (T)c))                    \
-    }                                                                                   \
-    CPE_ALWAYS_INLINE void cpe_chain_blocked_##T##_impl(                                \
-            T *CPE_RESTRICT sines, T *CPE_RESTRICT cosines, const double *const *rows,  \
+/* The layouts, for 1 <= count <= 4 rows (rows[count..3] may be anything readable
+   as a pointer) and j < n_pairs, writing one or two arrays (first, second):
+   interleaved (first[2j] = sin, first[2j + 1] = cos; second unused); blocked
+   (first[j] = sin, second[j] = cos: the sin_cos and cos_sin layouts, and pair
+   rows); RoPE's cos (first) and sin (second) tables, each value twice, as
+   [v_0 .. v_{n-1}, v_0 .. v_{n-1}] ("half") or [v_0, v_0, v_1, v_1, ...]
+   (n_pairs = n_freq = n). */
+#define CPE_CHAIN_PARAMS(T) \
+    (T *first, T *second, const double *const *rows, int count, Py_ssize_t n_pairs, \
+     Py_ssize_t n_freq)
+#define CPE_CHAIN_ARGS (first, second, rows, count, n_pairs, n_freq)
+#define CPE_CHAIN_STORE(T, name, STORE)                                                 \
+    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl(                               \
+            T *CPE_RESTRICT first, T *CPE_RESTRICT second, const double *const *rows,   \
             int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                         \
-        CPE_CHAIN_SWITCH((sines[j] = (T)s, cosines[j] = (T)c))                          \
+        CPE_CHAIN_SWITCH(STORE)                                                         \
     }
+#define CPE_CHAIN_STORES(T)                                                             \
+    CPE_CHAIN_STORE(T, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c))     \
+    CPE_CHAIN_STORE(T, blocked, (first[j] = (T)s, second[j] = (T)c))                    \
+    CPE_CHAIN_STORE(T, rope_half, (first[j] = first[n_freq + j] = (T)c,                 \
+                                   second[j] = second[n_freq + j] = (T)s))              \
+    CPE_CHAIN_STORE(T, rope_interleaved, (first[2 * j] = first[2 * j + 1] = (T)c,       \
+                                          second[2 * j] = second[2 * j + 1] = (T)s))
 CPE_CHAIN_STORES(double)
 CPE_CHAIN_STORES(float)
 
-CPE_MULTIVERSION(cpe_chain_interleaved_double,
-                 (double *row, const double *const *rows, int count, Py_ssize_t n_pairs,
-                  Py_ssize_t n_freq),
-                 (row, rows, count, n_pairs, n_freq))
-CPE_MULTIVERSION(cpe_chain_interleaved_float,
-                 (float *row, const double *const *rows, int count, Py_ssize_t n_pairs,
-                  Py_ssize_t n_freq),
-                 (row, rows, count, n_pairs, n_freq))
-CPE_MULTIVERSION(cpe_chain_blocked_double,
-                 (double *sines, double *cosines, const double *const *rows, int count,
-                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
-                 (sines, cosines, rows, count, n_pairs, n_freq))
-CPE_MULTIVERSION(cpe_chain_blocked_float,
-                 (float *sines, float *cosines, const double *const *rows, int count,
-                  Py_ssize_t n_pairs, Py_ssize_t n_freq),
-                 (sines, cosines, rows, count, n_pairs, n_freq))
+#if CPE_X86_DISPATCH
+#include <immintrin.h>
+/* Interleaved float rows of two factors (the tables' rows): cpe_chain_step
+   eight pairs at a time, rounded to float and interleaved by one vpermt2ps,
+   which GCC's vectorization of the loop above does not find. */
+CPE_AVX512_TARGET static void cpe_chain_interleaved_float_avx512 CPE_CHAIN_PARAMS(float) {
+    const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
+                                            4, 20, 5, 21, 6, 22, 7, 23);
+    Py_ssize_t j = 0;
+    for (; count == 2 && j + 8 <= n_pairs; j += 8) {
+        __m512d s = _mm512_loadu_pd(rows[0] + j), c = _mm512_loadu_pd(rows[0] + n_freq + j);
+        __m512d a_s = _mm512_loadu_pd(rows[1] + j), a_c = _mm512_loadu_pd(rows[1] + n_freq + j);
+        __m512d next_s = _mm512_add_pd(_mm512_mul_pd(s, a_c), _mm512_mul_pd(c, a_s));
+        __m512d next_c = _mm512_sub_pd(_mm512_mul_pd(c, a_c), _mm512_mul_pd(s, a_s));
+        __m512 s8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(next_s));
+        __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(next_c));
+        _mm512_storeu_ps(first + 2 * j, _mm512_permutex2var_ps(s8, pairs, c8));
+    }
+    const double *rest[4] = {rows[0] + j, rows[1] + j, rows[2] + j, rows[3] + j};
+    cpe_chain_interleaved_float_impl(first + 2 * j, second, rest, count, n_pairs - j, n_freq);
+}
+#endif
+
+CPE_MULTIVERSION(cpe_chain_interleaved_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION_OWN_AVX512(cpe_chain_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_blocked_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_blocked_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_half_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_half_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_interleaved_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is

@@ -46,37 +46,25 @@ cdef extern from "cpe_rows.h":
     int cpe_fast_element(double p, double w) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
                             Py_ssize_t n) noexcept nogil
-    void cpe_product_pairs(double* out, const double* a, const double* b,
-                           Py_ssize_t n) noexcept nogil
-    void cpe_store_interleaved_double(double* row, const double* a, const double* b,
-                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_store_interleaved_float(float* row, const double* a, const double* b,
-                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_store_blocked_double(double* sines, double* cosines, const double* a,
-                                  const double* b, Py_ssize_t n_pairs,
-                                  Py_ssize_t n_freq) noexcept nogil
-    void cpe_store_blocked_float(float* sines, float* cosines, const double* a,
-                                 const double* b, Py_ssize_t n_pairs,
-                                 Py_ssize_t n_freq) noexcept nogil
-    void cpe_rope_half_double(double* cos_row, double* sin_row, const double* a,
-                              const double* b, Py_ssize_t n) noexcept nogil
-    void cpe_rope_half_float(float* cos_row, float* sin_row, const double* a,
-                             const double* b, Py_ssize_t n) noexcept nogil
-    void cpe_rope_interleaved_double(double* cos_row, double* sin_row, const double* a,
-                                     const double* b, Py_ssize_t n) noexcept nogil
-    void cpe_rope_interleaved_float(float* cos_row, float* sin_row, const double* a,
-                                    const double* b, Py_ssize_t n) noexcept nogil
     double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
                           Py_ssize_t n) noexcept nogil
-    void cpe_chain_interleaved_double(double* row, const double* const* rows, int count,
-                                      Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_interleaved_float(float* row, const double* const* rows, int count,
-                                     Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_blocked_double(double* sines, double* cosines, const double* const* rows,
-                                  int count, Py_ssize_t n_pairs,
-                                  Py_ssize_t n_freq) noexcept nogil
-    void cpe_chain_blocked_float(float* sines, float* cosines, const double* const* rows,
-                                 int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) noexcept nogil
+    # (first, second, rows, count, n_pairs, n_freq): see cpe_rows.h
+    void cpe_chain_interleaved_double(double*, double*, const double* const*, int,
+                                      Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_interleaved_float(float*, float*, const double* const*, int,
+                                     Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_blocked_double(double*, double*, const double* const*, int,
+                                  Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_blocked_float(float*, float*, const double* const*, int,
+                                 Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_rope_half_double(double*, double*, const double* const*, int,
+                                    Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_rope_half_float(float*, float*, const double* const*, int,
+                                   Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_rope_interleaved_double(double*, double*, const double* const*, int,
+                                           Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
+                                          Py_ssize_t, Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -350,51 +338,37 @@ cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
 
 cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,
                                 Py_ssize_t n_freq) noexcept nogil:
-    # (sin, cos)(x + y) from the pair rows of x (a) and y (b).
-    cpe_product_pairs(pair_row, a, b, n_freq)
+    # (sin, cos)(x + y) from the pair rows of x (a) and y (b), as a pair row.
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+    cpe_chain_blocked_double(pair_row, pair_row + n_freq, rows, 2, n_freq, n_freq)
 
 
 cdef inline void _store_product(floating* row, const double* a, const double* b,
                                 const columns* c, Py_ssize_t width) noexcept nogil:
-    # Row of the encoding of x + y from the pair rows of x (a) and y (b); the
-    # loops (cpe_rows.h) are specialized by layout so that their strides are
-    # constants.
-    cdef Py_ssize_t j, n_freq = c.n_sin
-    cdef const double* a_c = a + n_freq
-    cdef const double* b_c = b + n_freq
-    cdef floating* sines = row + c.sin_at
-    cdef floating* cosines = row + c.cos_at
-    if c.sin_step == 2:
-        if floating is double:
-            cpe_store_interleaved_double(row, a, b, c.n_cos, n_freq)
-        else:
-            cpe_store_interleaved_float(row, a, b, c.n_cos, n_freq)
-    else:
-        if floating is double:
-            cpe_store_blocked_double(sines, cosines, a, b, c.n_cos, n_freq)
-        else:
-            cpe_store_blocked_float(sines, cosines, a, b, c.n_cos, n_freq)
-    for j in range(c.n_cos, c.n_sin):
-        sines[j * c.sin_step] = <floating>(b[j] * a_c[j] + b_c[j] * a[j])
-    for j in range(c.zero_from, width):
-        row[j] = 0
+    # Row of the encoding of x + y from the pair rows of x (a) and y (b).
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+    _store_chain(row, rows, 2, c, width)
 
 
 cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
                                      const double* b, Py_ssize_t n_freq,
                                      int layout) noexcept nogil:
     # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
-    # _store_product, then _rope_split, written once.
+    # _store_product, written once where they go in both tables.
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
     if layout == CPE_LAYOUT_SIN_COS:
         if floating is double:
-            cpe_rope_half_double(cos_row, sin_row, a, b, n_freq)
+            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, n_freq, n_freq)
         else:
-            cpe_rope_half_float(cos_row, sin_row, a, b, n_freq)
+            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, n_freq, n_freq)
     else:
         if floating is double:
-            cpe_rope_interleaved_double(cos_row, sin_row, a, b, n_freq)
+            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, n_freq, n_freq)
         else:
-            cpe_rope_interleaved_float(cos_row, sin_row, a, b, n_freq)
+            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, n_freq, n_freq)
 
 
 # Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
@@ -502,14 +476,14 @@ def _streams(const unsigned char[::1] out):
 cdef inline void _store_chain(floating* row, const double** chain, int count,
                               const columns* c, Py_ssize_t width) noexcept nogil:
     # The row of the sum of the angles of 1 to 4 pair rows, highest first (see
-    # cpe_rows.h): the bits of repeated _product_pairs, then _store_product.
+    # cpe_rows.h), in the layout ``c``: the store of every row.
     cdef Py_ssize_t j, n_freq = c.n_sin
     cdef floating* sines = row + c.sin_at
     if c.sin_step == 2:
         if floating is double:
-            cpe_chain_interleaved_double(row, chain, count, c.n_cos, n_freq)
+            cpe_chain_interleaved_double(row, NULL, chain, count, c.n_cos, n_freq)
         else:
-            cpe_chain_interleaved_float(row, chain, count, c.n_cos, n_freq)
+            cpe_chain_interleaved_float(row, NULL, chain, count, c.n_cos, n_freq)
     else:
         if floating is double:
             cpe_chain_blocked_double(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
