@@ -81,14 +81,6 @@ cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 cdef Py_ssize_t _DIGIT_BUDGET = 8 * 1024 * 1024
 
 
-def _level_shape(Py_ssize_t n_freq):
-    """(n_levels, radix) of the digit levels of an encoding with n_freq frequencies."""
-    cdef Py_ssize_t radix
-    cdef int shift, n_levels
-    cpe_level_shape(n_freq, &radix, &shift, &n_levels)
-    return (n_levels, radix)
-
-
 # ---- argument checks: each names the argument and what was expected ----
 
 cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
