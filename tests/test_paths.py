@@ -91,6 +91,15 @@ BIG_REQUESTS = {
         "cpe.positional_encoding_table(4099, 1025, start=10**6 - 4099, dtype=np.float32,"
         " layout='cos_sin', out=on_line((4099, 1025), np.float32, 0))"
     ),
+    # Interleaved rows wider than a chunk: streamed a piece of 64 pairs at a time.
+    "table f64, rows of 40 pieces and 32 pairs": (
+        "cpe.positional_encoding_table(700, 4*1024 + 1024 + 64, start=10**6 - 700,"
+        " out=on_line((700, 4*1024 + 1024 + 64), np.float64, 0))"
+    ),
+    "table f32, rows of 24 pieces and 2 pairs": (
+        "cpe.positional_encoding_table(1500, 3076, dtype=np.float32,"
+        " out=on_line((1500, 3076), np.float32, 0))"
+    ),
     "table f64, odd width and rows": (
         "cpe.positional_encoding_table(2047, 1027, start=10**6 - 2047,"
         " out=on_line((2047, 1027), np.float64, 0))"

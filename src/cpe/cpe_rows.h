@@ -385,23 +385,50 @@ CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_
 
 static void cpe_stream_fence(void) { _mm_sfence(); }
 
-/* n bytes from src to dst, dst 16-byte aligned, with non-temporal 16-byte
-   stores; the last n % 16 bytes (the end of an output) with ordinary ones. */
-static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
-    size_t k = 0;
-    for (; k + 64 <= n; k += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(src + k));
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + k + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + k + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + k + 48));
-        _mm_stream_si128((__m128i *)(dst + k), a);
-        _mm_stream_si128((__m128i *)(dst + k + 16), b);
-        _mm_stream_si128((__m128i *)(dst + k + 32), c);
-        _mm_stream_si128((__m128i *)(dst + k + 48), d);
-    }
-    for (; k + 16 <= n; k += 16)
-        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+/* n bytes from src to dst, dst 16-byte aligned, with non-temporal stores: 16
+   bytes at a time up to a cache line boundary, then whole lines (of one store
+   each in the AVX-512 copy, two in the AVX2 one), then 16 bytes at a time; the
+   last n % 16 bytes (the end of an output) with ordinary stores. */
+#define CPE_STREAM_BYTES_BODY(LINE)                                                     \
+    size_t k = 0;                                                                       \
+    for (; k + 16 <= n && ((uintptr_t)(dst + k) & 63); k += 16)                         \
+        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k))); \
+    for (; k + 64 <= n; k += 64) {                                                      \
+        LINE;                                                                           \
+    }                                                                                   \
+    for (; k + 16 <= n; k += 16)                                                        \
+        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k))); \
     if (k < n) memcpy(dst + k, src + k, n - k);
+
+static void cpe_stream_bytes_sse2(char *dst, const char *src, size_t n) {
+    CPE_STREAM_BYTES_BODY(
+        for (int q = 0; q < 64; q += 16) _mm_stream_si128(
+            (__m128i *)(dst + k + q), _mm_loadu_si128((const __m128i *)(src + k + q))))
+}
+#if CPE_X86_DISPATCH
+CPE_AVX2_TARGET static void cpe_stream_bytes_avx2(char *dst, const char *src, size_t n) {
+    CPE_STREAM_BYTES_BODY(
+        _mm256_stream_si256((__m256i *)(dst + k), _mm256_loadu_si256((const __m256i *)(src + k)));
+        _mm256_stream_si256((__m256i *)(dst + k + 32),
+                            _mm256_loadu_si256((const __m256i *)(src + k + 32))))
+}
+CPE_AVX512_TARGET static void cpe_stream_bytes_avx512(char *dst, const char *src, size_t n) {
+    CPE_STREAM_BYTES_BODY(
+        _mm512_stream_si512((void *)(dst + k), _mm512_loadu_si512((const void *)(src + k))))
+}
+#endif
+static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
+#if CPE_X86_DISPATCH
+    if (cpe_rows_level == 2) {
+        cpe_stream_bytes_avx512(dst, src, n);
+        return;
+    }
+    if (cpe_rows_level == 1) {
+        cpe_stream_bytes_avx2(dst, src, n);
+        return;
+    }
+#endif
+    cpe_stream_bytes_sse2(dst, src, n);
 }
 #else
 #define CPE_HAVE_STREAM 0

@@ -373,8 +373,12 @@ cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const
 
 # Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
 # from which the chunk is streamed (see _streaming): one mechanism for every
-# layout, one table or RoPE's two.
+# layout, one table or RoPE's two. Interleaved rows wider than a chunk are built
+# and streamed a piece of PIECE_PAIRS pairs at a time instead, so that streaming
+# overlaps the products rather than following a whole row of them.
 cdef Py_ssize_t _CHUNK_BYTES = 8 * 1024
+cdef enum:
+    _PIECE_PAIRS = 64
 
 
 cdef struct row_sink:
@@ -386,19 +390,39 @@ cdef struct row_sink:
     Py_ssize_t rows         # rows a chunk: a whole number of 16-byte units
     Py_ssize_t slot         # rows in the chunks
     Py_ssize_t row_bytes
+    bint pieces             # rows streamed piece by piece (see _stream_pieces)
+
+
+cdef inline char* _apart(char* buffer, const void* out) noexcept nogil:
+    """The cache line in the first 4 KiB + 64 bytes of ``buffer`` that lies half a
+    page from ``out`` modulo 4 KiB: the buffer's loads then never look like they
+    depend on the streamed stores that just left it (4K aliasing), whatever the
+    addresses the allocators chose."""
+    cdef uintptr_t start = (<uintptr_t>buffer + 63) & ~(<uintptr_t>63)
+    cdef uintptr_t want = ((<uintptr_t>out & ~(<uintptr_t>63)) + 2048) & 4095
+    return <char*>(start + ((want - start) & 4095))
 
 
 cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
-                           Py_ssize_t n_rows, Py_ssize_t width,
-                           size_t itemsize) noexcept nogil:
+                           Py_ssize_t n_rows, Py_ssize_t width, size_t itemsize,
+                           bint pairs_only) noexcept nogil:
     """Streamed when the output (both tables together) is large enough to
-    stream and starts 16-byte aligned; else in place."""
+    stream and starts 16-byte aligned; else in place. ``pairs_only``: the rows
+    are interleaved pairs and nothing else, which may be streamed in pieces."""
     r.owned = r.chunk[0] = r.chunk[1] = NULL
     r.rows = 1
     r.slot = 0
     r.row_bytes = width * <Py_ssize_t>itemsize
+    r.pieces = False
     if not (_streaming(out, n_rows, width, itemsize, sin_out)
             and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
+        return CPE_OK
+    if pairs_only and r.row_bytes > _CHUNK_BYTES and r.row_bytes % 16 == 0:
+        r.pieces = True
+        r.owned = <char*>malloc(2 * _PIECE_PAIRS * itemsize + 4096 + 64)
+        if r.owned == NULL:
+            return CPE_ERR_NOMEM
+        r.chunk[0] = _apart(r.owned, out)
         return CPE_OK
     # Rows whose bytes make whole 16-byte units (1, 2, 4, 8 or 16 of them).
     cdef Py_ssize_t unit = 16
@@ -406,10 +430,10 @@ cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
         unit //= 2
     r.rows = max(unit, _CHUNK_BYTES // r.row_bytes // unit * unit)
     cdef Py_ssize_t tables = 1 if sin_out == NULL else 2
-    r.owned = <char*>malloc(tables * r.rows * r.row_bytes + 64)
+    r.owned = <char*>malloc(tables * r.rows * r.row_bytes + 4096 + 64)
     if r.owned == NULL:
         return CPE_ERR_NOMEM
-    r.chunk[0] = <char*>_line_start(<double*>r.owned)
+    r.chunk[0] = _apart(r.owned, out)
     r.chunk[1] = r.chunk[0] + r.rows * r.row_bytes
     return CPE_OK
 
@@ -417,7 +441,7 @@ cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
 cdef inline floating* _sink_row(const row_sink* r, floating* table, Py_ssize_t i,
                                 Py_ssize_t width, int which) noexcept nogil:
     """Where row i of ``table`` (the output, which=0, or the sin table, 1) is built."""
-    if r.owned == NULL:
+    if r.owned == NULL or r.pieces:
         return table + i * width
     return <floating*>(r.chunk[which] + r.slot * r.row_bytes)
 
@@ -426,7 +450,7 @@ cdef inline void _sink_row_done(row_sink* r, floating* out, floating* sin_out,
                                 Py_ssize_t i, Py_ssize_t last,
                                 Py_ssize_t width) noexcept nogil:
     """Row i is built: stream the chunks when full, or at row ``last``."""
-    if r.owned == NULL:
+    if r.owned == NULL or r.pieces:
         return
     r.slot += 1
     if r.slot == r.rows or i == last:
@@ -435,6 +459,23 @@ cdef inline void _sink_row_done(row_sink* r, floating* out, floating* sin_out,
         if sin_out != NULL:
             cpe_stream_bytes(<char*>(sin_out + i * width), r.chunk[1], r.slot * r.row_bytes)
         r.slot = 0
+
+
+cdef inline void _stream_pieces(const row_sink* r, floating* row, const double* a,
+                                const double* b, Py_ssize_t n_freq) noexcept nogil:
+    """The interleaved row of x + y (see _store_product) at ``row``, built and
+    streamed a piece of pairs at a time through the sink's buffer."""
+    cdef const double* rows[4]
+    cdef Py_ssize_t j = 0, m
+    while j < n_freq:
+        m = min(_PIECE_PAIRS, n_freq - j)
+        rows[0], rows[1], rows[2], rows[3] = b + j, a + j, NULL, NULL
+        if floating is double:
+            cpe_chain_interleaved_double(<double*>r.chunk[0], NULL, rows, 2, m, n_freq)
+        else:
+            cpe_chain_interleaved_float(<float*>r.chunk[0], NULL, rows, 2, m, n_freq)
+        cpe_stream_bytes(<char*>(row + 2 * j), r.chunk[0], 2 * m * sizeof(floating))
+        j += m
 
 
 cdef inline void _sink_free(row_sink* r) noexcept nogil:
@@ -675,7 +716,8 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
         levels = &own
     cdef row_sink sink
     if owned == NULL or _sink_init(&sink, out, sin_out if rope else NULL, n, width,
-                                   sizeof(floating)) != CPE_OK:
+                                   sizeof(floating), not rope and c.sin_step == 2
+                                   and 2 * n_freq == width) != CPE_OK:
         free(owned)
         free(own_rows)
         free(own.state)
@@ -742,7 +784,9 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
             a = single
             b = identity
         row = _sink_row(&sink, out, i, width, 0)
-        if rope:
+        if sink.pieces:
+            _stream_pieces(&sink, row, a, b, n_freq)
+        elif rope:
             _store_rope_product(row, _sink_row(&sink, sin_out, i, width, 1), a, b, n_freq,
                                 CPE_LAYOUT_SIN_COS if layout == CPE_LAYOUT_ROPE_HALF
                                 else CPE_LAYOUT_INTERLEAVED)
