@@ -187,7 +187,8 @@ for i in range(20000):  # the caches full, the allocator warm
 before = rss()
 for i in range(1_000_000):  # a million distinct encodings, each a cache entry
     cpe.positional_encoding(3, 2 + i % 2, base=2.0 + i * 1e-3)
-    if i % 16 == 0:  # and their digit levels
+    if i % 16 == 0:  # and their digit levels (made by an encoding's second request)
+        cpe.positional_encoding_table(64, 2, scale=1.0 + i * 1e-3)
         cpe.positional_encoding_table(64, 2, scale=1.0 + i * 1e-3)
 after = rss()
 snap = _core._cache_snapshot()

@@ -306,15 +306,30 @@ def test_frequency_cache_stays_within_its_budget():
 
 
 def test_digit_levels_start_on_a_cache_line():
-    # Products read from rows that split cache lines were ~25% slower (see
-    # cpe._core._aligned_rows): every kept level table starts on a 64-byte line.
+    # Rows read from a table off a cache line would split a line on every 64-byte
+    # load (see cpe._core._aligned_rows): every kept level table starts on one.
     from cpe._core import _cache_snapshot
 
-    for D in (6, 130, 512, 1030, 4096):
+    widths = (6, 130, 512, 1030, 4096)
+    for D in widths * 2:  # levels are made by an encoding's second request
         cpe.positional_encoding(np.arange(100), D, base=3000.0 + D)
-    levels = _cache_snapshot()["levels"].values()
-    assert levels
-    assert [table.ctypes.data % 64 for table in levels] == [0] * len(levels)
+    levels = _cache_snapshot()["levels"]
+    tables = [levels[(D, 3000.0 + D, 1.0)] for D in widths]
+    assert [table.ctypes.data % 64 for table in tables] == [0] * len(tables)
+
+
+def test_an_encoding_used_once_makes_no_digit_levels_and_the_same_bits():
+    # A new base costs only the rows its request needs; the table of levels comes
+    # with the second request, and the bits do not change with it.
+    from cpe._core import _cache_snapshot
+
+    key = (512, 2345.25, 1.0)
+    first = cpe.positional_encoding(4321, 512, base=2345.25)
+    assert key not in _cache_snapshot()["levels"]
+    second = cpe.positional_encoding(4321, 512, base=2345.25)
+    assert key in _cache_snapshot()["levels"]
+    third = cpe.positional_encoding(4321, 512, base=2345.25)  # from the kept rows
+    assert first.tobytes() == second.tobytes() == third.tobytes()
 
 
 DETERMINISM_REQUESTS = [

@@ -513,6 +513,7 @@ cdef class _Encoding:
     cdef readonly double scale
     cdef readonly object key
     cdef double w_max   # the largest |w_j| (NaN if one is NaN), for the range check
+    cdef bint used      # a request has been filled with it (see _levels_of)
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -674,7 +675,9 @@ cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
 
 
 cdef _Levels _levels_of(_Encoding enc):
-    """The (cached) digit levels of ``enc``, or None when they would not fit the cache."""
+    """The (cached) digit levels of ``enc``, or None when they would not fit the
+    cache, or when ``enc`` fills its first request: an encoding used once (a
+    new base, say) pays for no table of levels, only for the rows it needs."""
     cdef Py_ssize_t radix
     cdef int shift, n_levels
     cpe_level_shape(enc.n_freq, &radix, &shift, &n_levels)
@@ -683,6 +686,9 @@ cdef _Levels _levels_of(_Encoding enc):
     cached = _digit_cache.entries.get(enc.key)
     if cached is not None:
         return <_Levels>cached
+    if not enc.used:  # a race here only makes the levels one request later or sooner
+        enc.used = True
+        return None
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
     levels.table = _aligned_rows((n_levels, radix, 2 * enc.n_freq))

@@ -545,37 +545,45 @@ cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
         row[c.sin_at + j * c.sin_step] = zero - row[c.sin_at + j * c.sin_step]
 
 
-cdef inline bint _single_from_levels(floating* row, double p, Py_ssize_t width,
-                                     Py_ssize_t n_freq, const columns* c,
-                                     cpe_levels* lv) noexcept nogil:
-    """One integer position below radix**n_levels whose one to four non-zero digit
-    rows are all made: multiplied in registers, highest first, as the loop below multiplies
-    them (the same bits, with no scratch memory). False, with nothing written, for
-    any other position."""
+cdef inline int _single(floating* row, double p, Py_ssize_t width, Py_ssize_t n_freq,
+                        const columns* c, cpe_levels* lv, const double* w_hi,
+                        const double* w_lo) noexcept nogil:
+    """One integer position 0 < |p| < radix**n_levels (so one to four non-zero
+    digits): its digit rows, kept ones or made into scratch as _level_row makes
+    them, multiplied in registers highest first, as the loop below multiplies them
+    (the same bits, without the loop's scratch rows). CPE_OK or CPE_ERR_NOMEM;
+    -1, with nothing written, for any other position."""
     cdef const double* factors[4]
     cdef long long m, digit
     cdef int k, count = 0
-    cdef Py_ssize_t index
+    cdef Py_ssize_t row_doubles = 2 * n_freq
+    cdef double* owned = NULL
     if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
-        return False
+        return -1
     m = <long long>fabs(p)
-    if m >> (lv.shift * lv.n_levels):
-        return False
+    if m == 0 or m >> (lv.shift * lv.n_levels) or lv.n_levels > 4:
+        return -1
     for k in range(lv.n_levels - 1, -1, -1):
         digit = (m >> (lv.shift * k)) & (lv.radix - 1)
         if digit == 0:
             continue
-        index = k * lv.radix + digit
-        if count == 4 or cpe_state_get(lv.state + index) != CPE_ROW_READY:
-            return False
-        factors[count] = lv.rows + 2 * n_freq * index
+        if owned == NULL and (lv.rows == NULL or cpe_state_get(
+                lv.state + k * lv.radix + digit) != CPE_ROW_READY):
+            # (A row seen made stays made: _level_row returns it without a spare.)
+            if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // lv.n_levels:
+                return CPE_ERR_NOMEM
+            owned = <double*>malloc(sizeof(double) * (lv.n_levels * row_doubles + 8))
+            if owned == NULL:
+                return CPE_ERR_NOMEM
+        factors[count] = _level_row(lv, k, digit,
+                                    _line_start(owned) + k * row_doubles if owned != NULL
+                                    else NULL, w_hi, w_lo, n_freq)
         count += 1
-    if count == 0:
-        return False
     _store_chain(row, factors, count, c, width)
     if p < 0:
         _negate_sines(row, c)
-    return True
+    free(owned)
+    return CPE_OK
 
 
 # ---- the one fill loop ----
@@ -681,10 +689,16 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
                            or levels.n_levels != n_levels or levels.rows == NULL
                            or levels.state == NULL):
         return CPE_ERR_ARGUMENT
-    if (n == 1 and not rope and levels != NULL
-            and _single_from_levels(out, positions[0] if positions != NULL else start, width,
-                                    n_freq, &c, levels)):
-        return CPE_OK
+    # Without the caller's levels, a table of their own (below) or none.
+    cdef cpe_levels own
+    own.rows = NULL
+    own.state = NULL
+    own.radix, own.shift, own.n_levels = radix, shift, n_levels
+    if n == 1 and not rope:
+        status = _single(out, positions[0] if positions != NULL else start, width, n_freq,
+                         &c, levels if levels != NULL else &own, w_hi, w_lo)
+        if status != -1:
+            return status
     cdef Py_ssize_t row_doubles = 2 * n_freq
     # Scratch, each a pair row on a cache line: the identity, the row of H, one for
     # a direct or negated row, the products of the digits above level k (k >= 1),
@@ -696,10 +710,6 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     # Without the caller's levels, a table of their own when the request has rows
     # enough to reuse them (else, or if there is no memory for one, every level row
     # is made where it is needed: the same bits).
-    cdef cpe_levels own
-    own.rows = NULL
-    own.state = NULL
-    own.radix, own.shift, own.n_levels = radix, shift, n_levels
     cdef double* own_rows = NULL
     if levels == NULL and n >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
             n_levels * radix):
