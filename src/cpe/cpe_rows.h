@@ -360,7 +360,8 @@ CPE_AVX512_TARGET static void cpe_chain_interleaved_float_avx512 CPE_CHAIN_PARAM
         __m512 c8 = _mm512_castps256_ps512(_mm512_cvtpd_ps(next_c));
         _mm512_storeu_ps(first + 2 * j, _mm512_permutex2var_ps(s8, pairs, c8));
     }
-    const double *rest[4] = {rows[0] + j, rows[1] + j, rows[2] + j, rows[3] + j};
+    const double *rest[4] = {rows[0], rows[1], rows[2], rows[3]};
+    for (int r = 0; r < count; r++) rest[r] += j;
     cpe_chain_interleaved_float_impl(first + 2 * j, second, rest, count, n_pairs - j, n_freq);
 }
 #endif

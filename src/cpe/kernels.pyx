@@ -558,6 +558,7 @@ cdef inline int _single(floating* row, double p, Py_ssize_t width, Py_ssize_t n_
     cdef int k, count = 0
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef double* owned = NULL
+    factors[0] = factors[1] = factors[2] = factors[3] = NULL
     if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
         return -1
     m = <long long>fabs(p)
