@@ -321,14 +321,18 @@ def test_digit_levels_start_on_a_cache_line():
 def test_an_encoding_used_once_makes_no_digit_levels_and_the_same_bits():
     # A new base costs only the rows its request needs; the table of levels comes
     # with the second request, and the bits do not change with it.
+    import threading
+
     from cpe._core import _cache_snapshot
 
-    key = (512, 2345.25, 1.0)
-    first = cpe.positional_encoding(4321, 512, base=2345.25)
+    # A base of this thread's own: the test also runs in several threads at once.
+    base = 2345.25 + (threading.get_ident() % 100003) / 1024
+    key = (512, base, 1.0)
+    first = cpe.positional_encoding(4321, 512, base=base)
     assert key not in _cache_snapshot()["levels"]
-    second = cpe.positional_encoding(4321, 512, base=2345.25)
+    second = cpe.positional_encoding(4321, 512, base=base)
     assert key in _cache_snapshot()["levels"]
-    third = cpe.positional_encoding(4321, 512, base=2345.25)  # from the kept rows
+    third = cpe.positional_encoding(4321, 512, base=base)  # from the kept rows
     assert first.tobytes() == second.tobytes() == third.tobytes()
 
 
