@@ -49,6 +49,16 @@ def test_the_oracle_has_one_frequency_at_widths_2_and_3_whatever_the_shift():
         )
 
 
+def test_a_negative_position_has_the_sign_of_its_zero_sines_in_every_call_form():
+    # Found in review: a sine below the float32 range (3e-50 here) rounded to +0
+    # when one position was negated after rounding, to -0 in an array or a table.
+    one = cpe.positional_encoding(-3, 4, base=1e100, dtype=np.float32)
+    ids = cpe.positional_encoding([-3, 5], 4, base=1e100, dtype=np.float32)
+    table = cpe.positional_encoding_table(9, 4, start=-3, base=1e100, dtype=np.float32)
+    assert one.tobytes() == ids[0].tobytes() == table[0].tobytes()
+    assert np.signbit(one[2])
+
+
 def test_an_empty_output_costs_no_frequencies():
     tracemalloc.start()
     try:

@@ -37,6 +37,8 @@ from cpe._fill cimport (
     cpe_fill_api,
     cpe_level_shape,
     cpe_levels,
+    cpe_state_get,
+    cpe_state_set,
 )
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
@@ -513,7 +515,7 @@ cdef class _Encoding:
     cdef readonly double scale
     cdef readonly object key
     cdef double w_max   # the largest |w_j| (NaN if one is NaN), for the range check
-    cdef bint used      # a request has been filled with it (see _levels_of)
+    cdef char used      # a request has been filled with it (see _levels_of; atomic)
 
 
 cdef inline char* _address(cnp.ndarray array) noexcept:
@@ -686,8 +688,8 @@ cdef _Levels _levels_of(_Encoding enc):
     cached = _digit_cache.entries.get(enc.key)
     if cached is not None:
         return <_Levels>cached
-    if not enc.used:  # a race here only makes the levels one request later or sooner
-        enc.used = True
+    if not cpe_state_get(&enc.used):  # racing threads make them a request sooner or later
+        cpe_state_set(&enc.used, 1)
         return None
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc

@@ -428,7 +428,9 @@ cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
     cdef Py_ssize_t unit = 16
     while unit > 1 and (r.row_bytes * (unit // 2)) % 16 == 0:
         unit //= 2
-    r.rows = max(unit, _CHUNK_BYTES // r.row_bytes // unit * unit)
+    if unit * r.row_bytes > 8 * _CHUNK_BYTES:  # wide rows that are not only pairs
+        return CPE_OK  # (written in place: a chunk of them would not stay in L1)
+    r.rows = min(max(unit, _CHUNK_BYTES // r.row_bytes // unit * unit), n_rows)
     cdef Py_ssize_t tables = 1 if sin_out == NULL else 2
     r.owned = <char*>malloc(tables * r.rows * r.row_bytes + 4096 + 64)
     if r.owned == NULL:
@@ -559,10 +561,14 @@ cdef inline int _single(floating* row, double p, Py_ssize_t width, Py_ssize_t n_
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef double* owned = NULL
     factors[0] = factors[1] = factors[2] = factors[3] = NULL
-    if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
+    if not (floor(p) == p and fabs(p) < 4611686018427387904.0) or lv.n_levels > 4:  # 2**62
+        return -1
+    if floating is float and p < 0:
+        # The loop negates a sine in double before it is rounded: a sine below
+        # the float range would round to -0 there, to +0 negated after rounding.
         return -1
     m = <long long>fabs(p)
-    if m == 0 or m >> (lv.shift * lv.n_levels) or lv.n_levels > 4:
+    if m == 0 or m >> (lv.shift * lv.n_levels):
         return -1
     for k in range(lv.n_levels - 1, -1, -1):
         digit = (m >> (lv.shift * k)) & (lv.radix - 1)
