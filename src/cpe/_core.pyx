@@ -275,8 +275,6 @@ cdef object _position_array(position, str name):
     """Positions as an array of real numbers, neither scanned nor copied yet."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError(f"{name} must be a real number or an array of them, got bool")
-    if isinstance(position, int) and abs(position) > _EXACT_INTEGER_LIMIT:
-        raise ValueError(f"{name} must be an integer of magnitude <= 2**53, got {position}")
     _reject_masked(position, name)
     try:
         arr = np.asarray(position)
@@ -851,8 +849,9 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
 
 
 cdef bint _scalar_position(position, double* p) except -1:
-    """A Python or NumPy int or float scalar as the double ``p`` (True, its value
-    unchanged: float32 and float16 are exact doubles); False for anything else,
+    """A Python or NumPy int (an int subclass too, not a bool) or float scalar as
+    the double ``p`` (True, its value unchanged: float32 and float16 are exact
+    doubles), integers beyond 2**53 refused; False for anything else,
     which _position_array reads or refuses. NaN and infinity are the kernel's
     error, as in an array."""
     cdef int overflow = 0
@@ -861,8 +860,9 @@ cdef bint _scalar_position(position, double* p) except -1:
     if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
         p[0] = position
         return True
-    if kind is int or kind is _NP_INT64_TYPE or (
-            isinstance(position, np.integer) and not isinstance(position, np.timedelta64)):
+    if kind is int or kind is _NP_INT64_TYPE or (kind is not bool and (
+            isinstance(position, int) or isinstance(position, np.integer)
+            and not isinstance(position, np.timedelta64))):
         whole = PyLong_AsLongLongAndOverflow(position if kind is int else int(position),
                                              &overflow)
         if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):

@@ -379,7 +379,8 @@ CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_
  * Large outputs are written without first reading every cache line, which is
  * what limits plain stores: the fill loop builds a chunk of rows in a buffer
  * that stays in L1 and streams it with cpe_stream_bytes (SSE2, part of every
- * x86-64 CPU). The caller ends a run of these with cpe_stream_fence(). */
+ * x86-64 CPU, with AVX2 and AVX-512 copies). The caller ends a run of these with
+ * cpe_stream_fence(). */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define CPE_HAVE_STREAM 1
