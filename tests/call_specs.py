@@ -687,6 +687,71 @@ def _rope_positions(n: Any) -> Any:
     return _as_float64(n)
 
 
+# Schemes whose frequencies are at most the paper's and whose width is head_dim
+# (so the bounds and shapes above hold); test_rope_scaling covers the others.
+GOOD_ROPE_PARAMETERS = (
+    None,
+    {},
+    {"rope_type": "linear", "factor": 2.0},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+    {"rope_type": "proportional", "partial_rotary_factor": 0.5},
+)
+BAD_ROPE_PARAMETERS = (
+    {"rope_type": "ntk"},
+    {"rope_type": "linear"},
+    {"rope_type": "linear", "factor": -1.0},
+    {"rope_type": "linear", "factor": math.nan},
+    {"rope_type": "linear", "factor": "2"},
+    {"factr": 2.0},
+    {"partial_rotary_factor": 2.0},
+    {"rope_type": "dynamic", "factor": 2.0},
+    [("rope_type", "linear")],
+    "linear",
+    1.0,
+    {1: 2},
+    {"rope_type": None},
+    {"rope_type": ["linear"]},
+)
+
+
+def valid_rope_parameters(c: Chooser) -> Any:
+    return pick(c, GOOD_ROPE_PARAMETERS)
+
+
+def hostile_rope_parameters(c: Chooser) -> Any:
+    return one_of(c, valid_rope_parameters, lambda c: pick(c, BAD_ROPE_PARAMETERS))
+
+
+def valid_optional_length(c: Chooser) -> Any:
+    return one_of(c, lambda c: None, lambda c: c.integer(1, 1 << 20))
+
+
+def _hostile_optional_length(c: Chooser) -> Any:
+    bad = (-1, 1.5, "8", True, math.nan, 2**70, [4], object())
+    return one_of(c, valid_optional_length, lambda c: pick(c, bad))
+
+
+def hostile_inv_freq(c: Chooser) -> Any:
+    bad = (
+        [],
+        [1.0],
+        np.full(3, math.nan),
+        ["a", "b"],
+        np.ones((2, 2)),
+        1.0,
+        object(),
+        np.array([math.inf, 1.0]),
+    )
+    return one_of(c, lambda c: None, lambda c: pick(c, bad))
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -757,6 +822,15 @@ PARAMETERS: dict[str, Parameter] = {
     "head_dim": Parameter(
         valid_head_dim, _hostile_width(valid_head_dim), ("head_dim", "output"), operator.index
     ),
+    "rope_parameters": Parameter(
+        valid_rope_parameters, hostile_rope_parameters, ("rope_parameters",), _identity
+    ),
+    "max_position_embeddings": Parameter(
+        valid_optional_length, _hostile_optional_length, ("max_position_embeddings",), _identity
+    ),
+    "seq_len": Parameter(valid_optional_length, _hostile_optional_length, ("seq_len",), _identity),
+    # Given frequencies are drawn only wrong (test_rope_scaling checks good ones).
+    "inv_freq": Parameter(lambda c: None, hostile_inv_freq, ("inv_freq",), None),
 }
 # Arguments whose name is shared with another function but whose values are not.
 OVERRIDES: dict[str, dict[str, Parameter]] = {
@@ -873,10 +947,28 @@ def _rope_shape(a: Mapping[str, Any]) -> tuple[int, ...]:
     return (*rows, a["head_dim"])
 
 
-def _rope_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_factor) -> float:
+def _rope_bound(a: Mapping[str, Any], peak: bool = False) -> float:
+    """angle_factor (or with ``peak``, peak_frequency) of RoPE's frequencies, times
+    the largest |position| and the attention factor."""
     n = a["n"]
     reach = _table_reach(a) if isinstance(n, int) else _largest(np.asarray(n))
-    return reach * factor(a["head_dim"], a.get("base", 10000.0)) if reach else 0.0
+    if not reach:
+        return 0.0
+    with np.errstate(all="ignore"):
+        w, attention = _reference.rope_scheme_frequencies(
+            a["head_dim"],
+            a.get("base", 10000.0),
+            a.get("rope_parameters"),
+            a.get("max_position_embeddings"),
+            a.get("seq_len"),
+        )
+        w = np.abs(w)
+        if peak:
+            factor = float(np.max(w)) if w.size else 0.0
+        else:
+            factor = float(np.max(w * (1.0 + np.abs(np.log(w))))) if w.size else 1.0
+            factor = max(1.0, factor) * attention
+    return reach * factor if math.isfinite(factor) else math.inf
 
 
 def _size(value: Any) -> int | None:
@@ -917,8 +1009,19 @@ def _constrain_encoding(args: dict[str, Any], mode: str, hostile: str | None) ->
 
 
 def _constrain_rope(args: dict[str, Any], mode: str, hostile: str | None) -> None:
-    """With positions for n, a valid start is 0 (the default)."""
-    if mode == "arbitrary" or hostile == "start" or "start" not in args:
+    """With positions for n, a valid start is 0 (the default); yarn's ramp needs a
+    base other than 1."""
+    if mode == "arbitrary":
+        return
+    parameters = args.get("rope_parameters")
+    if (
+        hostile not in ("base", "rope_parameters")
+        and isinstance(parameters, dict)
+        and parameters.get("type") == "yarn"
+        and float(args.get("base", 10000.0)) == 1.0
+    ):
+        args["base"] = 10000.0
+    if hostile == "start" or "start" not in args:
         return
     try:
         count = np.ndim(args.get("n")) == 0 and _size(args.get("n")) is not None
@@ -1062,10 +1165,18 @@ SPECS: tuple[CallSpec, ...] = (
     CallSpec(
         "rope_cos_sin",
         ("n", "head_dim"),
-        ("base", "start", "layout"),
+        (
+            "base",
+            "start",
+            "layout",
+            "rope_parameters",
+            "max_position_embeddings",
+            "seq_len",
+            "inv_freq",
+        ),
         shape=_rope_shape,
         angle_bound=_rope_bound,
-        largest_angle=lambda a: _rope_bound(a, peak_frequency),
+        largest_angle=lambda a: _rope_bound(a, peak=True),
         example=lambda rows, D: {"n": rows, "head_dim": _multiple(D, 2)},
         overlappable="n",
         outputs=2,

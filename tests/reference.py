@@ -382,20 +382,49 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: int = 0,
     layout: str = "half",
+    rope_parameters: dict | None = None,
+    max_position_embeddings: int | None = None,
+    seq_len: int | None = None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """``cos(p w_j)``, ``sin(p w_j)`` with ``w_j = base ** (-2j / head_dim)``, each
     frequency twice: ``[w_0 .. w_{d/2-1}, w_0 .. w_{d/2-1}]`` ("half") or
     ``[w_0, w_0, w_1, w_1, ...]`` ("interleaved"). An integer ``n`` (0-d integer
     arrays included) means the positions ``start ... start + n - 1``; anything
-    else is the positions."""
+    else is the positions. With ``rope_parameters``, the frequencies and factor
+    of exact.rope_scheme."""
     if np.ndim(n) == 0 and np.asarray(n).dtype.kind in "iu":
         count = int(np.asarray(n))
         p = np.arange(start, start + count, dtype=np.float64)
     else:
         p = np.asarray(n, dtype=np.float64)
-    angle = p[..., None] * frequencies(head_dim, base)
+    w, attention = rope_scheme_frequencies(
+        head_dim,
+        base,
+        rope_parameters,
+        max_position_embeddings,
+        seq_len if seq_len is not None else (float(p.max()) + 1 if p.size else None),
+    )
+    angle = p[..., None] * w
     if layout == "half":
         angle = np.concatenate([angle, angle], axis=-1)
     else:
         angle = np.repeat(angle, 2, axis=-1)
-    return np.cos(angle), np.sin(angle)
+    return attention * np.cos(angle), attention * np.sin(angle)
+
+
+def rope_scheme_frequencies(
+    head_dim: int,
+    base: float,
+    rope_parameters: dict | None,
+    max_position_embeddings: int | None = None,
+    seq_len: float | None = None,
+) -> tuple[npt.NDArray[np.float64], float]:
+    """RoPE's float64 frequencies and attention factor (exact.rope_scheme's, rounded)."""
+    if rope_parameters is None:
+        return frequencies(head_dim, base), 1.0
+    import exact
+
+    w, attention, _ = exact.rope_scheme(
+        head_dim, dict(rope_parameters), max_position_embeddings, seq_len, base
+    )
+    return np.array([float(x) for x in w]), attention

@@ -172,6 +172,142 @@ def test_transformers_llama_rotary_embedding(torch, head_dim, theta):
     close_to_float32_code(sin, theirs_sin.numpy(), 8191)
 
 
+# Scaled RoPE as the models' configs hold it. transformers computes in float32, so
+# positions stay below 256, where its error is a few 1e-5 (the issue's bound: 1e-4).
+SCALED_LLAMA = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 1024},
+    "llama3 (Llama 3.1)": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+        "rope_theta": 500000.0,
+    },
+    "old rope_scaling form": {"type": "linear", "factor": 2.0},
+}
+
+
+@pytest.mark.parametrize("name", list(SCALED_LLAMA))
+def test_transformers_llama_scaled_rotary_embedding(torch, name):
+    llama = require("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    params = dict(SCALED_LLAMA[name])
+    config = LlamaConfig(
+        hidden_size=512,
+        num_attention_heads=4,
+        max_position_embeddings=8192,
+        rope_parameters=dict(params),
+    )
+    rotary = llama.LlamaRotaryEmbedding(config)
+    position_ids = torch.tensor([[0, 1, 2, 100, 200, 255]])
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 6, 128), position_ids)
+    cos, sin = cpe.rope_cos_sin(
+        position_ids.numpy(), 128, rope_parameters=params, max_position_embeddings=8192
+    )
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+    inv_freq, factor = cpe.rope_frequencies(
+        128, rope_parameters=params, max_position_embeddings=8192
+    )
+    np.testing.assert_allclose(inv_freq, rotary.inv_freq.double().numpy(), rtol=2.4e-7)
+    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-7)
+
+
+def test_transformers_dynamic_beyond_max_position_embeddings(torch):
+    llama = require("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    params = {"rope_type": "dynamic", "factor": 2.0}
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        rope_parameters=dict(params),
+    )
+    rotary = llama.LlamaRotaryEmbedding(config)
+    position_ids = torch.arange(200)[None]  # seq_len 200 > 64: a new base
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 200, 64), position_ids)
+    cos, sin = cpe.rope_cos_sin(200, 64, rope_parameters=params, max_position_embeddings=64)
+    np.testing.assert_allclose(cos, theirs_cos[0].numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin[0].numpy(), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("seq", [100, 5000])
+def test_transformers_phi3_longrope(torch, seq):
+    phi3 = require("transformers.models.phi3.modeling_phi3")
+    from transformers import Phi3Config
+
+    rng = np.random.default_rng(3)
+    params = {
+        "rope_type": "longrope",
+        "short_factor": list(1 + rng.random(16)),
+        "long_factor": list(1 + 8 * rng.random(16)),
+        "original_max_position_embeddings": 4096,
+    }
+    config = Phi3Config(
+        hidden_size=128,
+        num_attention_heads=4,
+        max_position_embeddings=131072,
+        original_max_position_embeddings=4096,
+        rope_parameters=dict(params),
+    )
+    rotary = phi3.Phi3RotaryEmbedding(config)
+    position_ids = torch.tensor([[0, 1, 50, 255, seq - 1]])
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 5, 32), position_ids)
+    # positions above 255 only choose the factors here: compare the low ones.
+    cos, sin = cpe.rope_cos_sin(
+        position_ids.numpy(), 32, rope_parameters=params, max_position_embeddings=131072
+    )
+    np.testing.assert_allclose(cos[..., :4, :], theirs_cos.numpy()[..., :4, :], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin[..., :4, :], theirs_sin.numpy()[..., :4, :], rtol=0, atol=1e-4)
+    exact = cpe.rope_cos_sin(
+        position_ids.numpy(),
+        32,
+        rope_parameters=params,
+        max_position_embeddings=131072,
+        dtype=np.float64,
+    )
+    np.testing.assert_allclose(
+        exact[0][0, -1], theirs_cos.numpy()[0, -1], rtol=0, atol=2.4e-7 * seq * 4
+    )
+
+
+def test_transformers_deepseek_v3_yarn(torch):
+    deepseek = require("transformers.models.deepseek_v3.modeling_deepseek_v3")
+    from transformers import DeepseekV3Config
+
+    # DeepSeek-V3's own rope_scaling (its qk_rope_head_dim is 64).
+    params = {
+        "type": "yarn",
+        "factor": 40,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+    }
+    config = DeepseekV3Config(
+        hidden_size=256,
+        num_attention_heads=4,
+        qk_rope_head_dim=64,
+        max_position_embeddings=163840,
+        rope_parameters=dict(params),
+        rope_theta=10000.0,
+    )
+    rotary = deepseek.DeepseekV3RotaryEmbedding(config)
+    position_ids = torch.tensor([[0, 1, 7, 128, 255]])
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 5, 64), position_ids)
+    cos, sin = cpe.rope_cos_sin(
+        position_ids.numpy(), 64, rope_parameters=params, max_position_embeddings=163840
+    )
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+
+
 def test_transformers_gptj_interleaved(torch):
     gptj = require("transformers.models.gptj.modeling_gptj")
     theirs = gptj.create_sinusoidal_positions(512, 64)

@@ -65,8 +65,12 @@ def run(spec: CallSpec, data: st.DataObject, mode: str) -> object:
 
 
 def test_every_public_function_has_a_call_spec():
+    # Every function that fills arrays; rope_frequencies returns a scheme's numbers
+    # (test_rope_scaling checks it and its errors).
     public = {name for name in cpe.__all__ if callable(getattr(cpe, name))}
-    assert public == set(SPEC_IDS), "add the new function to call_specs.SPECS"
+    assert public - {"rope_frequencies"} == set(SPEC_IDS), (
+        "add the new function to call_specs.SPECS"
+    )
     for spec in SPECS:
         names = list(inspect.signature(spec.function).parameters)
         arguments = [name for name in names if name not in ("dtype", "out")]

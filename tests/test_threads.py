@@ -88,6 +88,10 @@ def cache_entries_are_consistent() -> list[str]:
         if w.flags.writeable or w.shape != (2, max(enc.n_freq, 1)):
             problems.append(f"entry {enc.key}: writeable={w.flags.writeable} shape={w.shape}")
             continue
+        if isinstance(enc.key, tuple) and enc.key[0] == "given":  # RoPE's scaled frequencies
+            if w.tobytes() != enc.key[2] or enc.n_freq != enc.key[1] // 2:
+                problems.append(f"entry {enc.key[:2]} does not hold the frequencies of its key")
+            continue
         j = np.arange(enc.n_freq)
         exact = enc.scale * enc.base ** (-j / enc.den)
         hi = w[0, : enc.n_freq]

@@ -14,7 +14,7 @@ The C-level kernels are available to Cython code as ``cimport cpe.kernels``.
 
 from cpe._core import positional_encoding, positional_encoding_table
 from cpe._grids import sincos_2d, sincos_3d
-from cpe._rope import rope_cos_sin
+from cpe._rope import rope_cos_sin, rope_frequencies
 from cpe._version import __version__
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "positional_encoding",
     "positional_encoding_table",
     "rope_cos_sin",
+    "rope_frequencies",
     "sincos_2d",
     "sincos_3d",
 ]

@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,18 +45,24 @@ def rope_outputs(
 def axis_encoding(
     size: int, step: float, width: int, base: float, dt: np.dtype[Any], names: str
 ) -> npt.NDArray[np.floating[Any]]: ...
+def given_encoding(width: int, w: npt.NDArray[np.float64]) -> object: ...
+def paper_frequencies(width: int, base: float) -> npt.NDArray[np.float64]: ...
 def _fill_rope(
     cos: npt.NDArray[np.floating[Any]],
     sin: npt.NDArray[np.floating[Any]],
     start: int,
     base: float,
+    given: Callable[[], npt.NDArray[np.float64] | None] | None,
     interleaved: bool,
+    amplitude: float,
 ) -> None: ...
 def _rope_positions(
     position: object,
     head_dim: int,
     base: object,
+    given: Callable[[], npt.NDArray[np.float64] | None] | None,
     dtype: object,
     interleaved: bool,
     out: tuple[object, object] | None,
+    amplitude: float,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...

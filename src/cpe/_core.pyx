@@ -18,7 +18,7 @@ from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
-from libc.math cimport fabs, isfinite
+from libc.math cimport NAN, fabs, isfinite
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -609,14 +609,9 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
         key = (width, base, scale)
     else:
         key = (width, n_freq, layout_code, base, den, scale)
-    cdef _Encoding enc
     cached = _encodings.entries.get(key)
     if cached is not None:
         return <_Encoding>cached
-    enc = _Encoding.__new__(_Encoding)
-    enc.width, enc.n_freq, enc.layout = width, n_freq, layout_code
-    enc.base, enc.den, enc.scale = base, den, scale
-    enc.key = key
     cdef Py_ssize_t stride = max(n_freq, 1)
     w = np.zeros((2, stride), dtype=np.float64)
     cdef double* hi = <double*>_address(w)
@@ -630,9 +625,36 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
                 f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
                 f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
                 "range of a double")
+    return _kept(key, width, n_freq, layout_code, base, den, scale, w)
+
+
+cpdef object given_encoding(Py_ssize_t width, w):
+    """RoPE's encoding of width ``width`` with the frequencies ``w``: a float64
+    array of shape (2, width // 2), finite double-doubles (hi and lo rows, each
+    ``|lo| <= ulp(hi) / 2``; lo 0 for frequencies taken as exact), as
+    cpe._scaling makes them. Cached by their bytes."""
+    w = np.array(w, dtype=np.float64, order="C")  # a copy of the caller's
+    key = ("given", width, w.tobytes())
+    cached = _encodings.entries.get(key)
+    if cached is not None:
+        return cached
+    return _kept(key, width, width // 2, CPE_LAYOUT_INTERLEAVED, NAN, NAN, 1.0, w)
+
+
+cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, int layout, double base,
+                     double den, double scale, w):
+    """The encoding of the frequencies ``w`` (hi and lo rows of n_freq), kept in the
+    cache under ``key``."""
+    cdef _Encoding enc = _Encoding.__new__(_Encoding)
+    enc.width, enc.n_freq, enc.layout = width, n_freq, layout
+    enc.base, enc.den, enc.scale = base, den, scale
+    enc.key = key
     w.flags.writeable = False
     enc.frequencies = w
+    cdef double* hi = <double*>_address(w)
+    cdef Py_ssize_t stride = w.shape[1]
     enc.w_hi = hi
+    enc.w_lo = hi + stride
     enc.w_max = 0.0
     cdef Py_ssize_t j
     for j in range(n_freq):
@@ -640,10 +662,15 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
             enc.w_max = fabs(hi[j])  # NaN stays: nothing compares above it
             if enc.w_max != enc.w_max:
                 break
-    enc.w_lo = hi + stride
     cdef Py_ssize_t cost = _footprint(key, (enc, w))
     with _cache_lock:
         return <_Encoding>_encodings.add(key, enc, cost)
+
+
+cpdef object paper_frequencies(Py_ssize_t width, double base):
+    """The frequencies ``base ** (-2j / width)``, ``j < (width + 1) // 2``, as the
+    read-only (2, n) array of double-doubles of their encoding: hi and lo rows."""
+    return _encoding(width, base, 1.0, None, None, None, True).frequencies
 
 
 cdef object _aligned_rows(tuple shape):
@@ -1022,9 +1049,7 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
     """
 
 
-# ---- the checks, for the pure-Python modules built on these functions ----
-
-# ---- the other checks of the pure-Python modules built on these functions ----
+# ---- the checks of the pure-Python modules built on these functions ----
 
 cpdef object as_start(start):
     """``start`` as a Python int (any size), or a TypeError naming it."""
@@ -1045,32 +1070,52 @@ cpdef object table_start(start, Py_ssize_t rows):
     return first
 
 
-def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, bint interleaved):
-    """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``.
+cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed):
+    """RoPE's encoding: the paper's frequencies of ``base`` (``given`` None), or
+    those that the function ``given`` returns (see given_encoding),
+    called only when ``needed``; None when not ``needed``."""
+    if given is None:
+        return _encoding(width, base, 1.0, None, None, None, needed)
+    return given_encoding(width, given()) if needed else None
+
+
+def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,
+               bint interleaved, double amplitude):
+    """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``,
+    of the paper's frequencies of ``base`` or of ``given`` (see
+    _rope_encoding), times ``amplitude``.
 
     For cpe._rope, which has checked the arguments (``base`` converted once) and
     both arrays: C-contiguous, of one dtype (float64, float32 or float16) and the
     same shape ``(n, head_dim)``, not overlapping.
     """
     cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0)
-    cdef _Encoding enc = _encoding(cnp.PyArray_DIM(cos, 1), base, 1.0, None, None, None, n != 0)
-    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, "start and n")
+    cdef _Encoding enc = _rope_encoding(cnp.PyArray_DIM(cos, 1), base, given, n != 0)
+    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, amplitude, "start and n")
 
 
 cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positions,
                          double start, Py_ssize_t n, _Encoding enc, bint interleaved,
-                         str name):
-    """Fill RoPE's checked ``cos`` and ``sin`` (see _fill); float16, as in _encode,
-    computed in float64 (both tables in one array) and rounded once on the way out,
-    so that nothing is written before every check and allocation has succeeded."""
+                         double amplitude, str name):
+    """Fill RoPE's checked ``cos`` and ``sin`` (see _fill) with their values times
+    ``amplitude``. float16, as in _encode, and float32 with an amplitude other than
+    1 are computed in float64 (both tables in one array) and rounded once on the
+    way out, so that nothing is written before every check and allocation has
+    succeeded."""
     if n == 0:
         return None
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
-    if cnp.PyArray_TYPE(cos) != cnp.NPY_FLOAT16:
+    cdef int typenum = cnp.PyArray_TYPE(cos)
+    if typenum == cnp.NPY_FLOAT64 or (typenum == cnp.NPY_FLOAT32 and amplitude == 1.0):
         _fill(cos, _address(sin), positions, start, n, enc, layout, name)
+        if amplitude != 1.0:
+            np.multiply(cos, amplitude, out=cos)
+            np.multiply(sin, amplitude, out=sin)
         return None
     cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
     _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name)
+    if amplitude != 1.0:
+        np.multiply(target, amplitude, out=target)
     np.asarray(cos)[...] = target[0].reshape(_dims(cos))  # a subclass's indexing aside
     np.asarray(sin)[...] = target[1].reshape(_dims(sin))
     return None
@@ -1090,7 +1135,8 @@ cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
     return cos, sin
 
 
-def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved, out):
+def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint interleaved,
+                    out, double amplitude):
     """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape),
     the argument ``n`` of rope_cos_sin.
 
@@ -1098,7 +1144,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
     None or a tuple of two. The caller's arrays are checked before any position is
     converted or copied. Without them both tables share one allocation: two of a
     few MiB each would, with glibc's default thresholds, be page-faulted again on
-    every call.
+    every call. ``given`` and ``amplitude``: as for _fill_rope.
     """
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
@@ -1116,10 +1162,10 @@ def _rope_positions(position, Py_ssize_t head_dim, base, dtype, bint interleaved
         # than NumPy allows, while each table has at most as many as an encoding.
         both = _new_array((2, n * head_dim), dt)
         cos, sin = both[0].reshape(shape), both[1].reshape(shape)
-    cdef _Encoding enc = _encoding(head_dim, b, 1.0, None, None, None, n != 0)
+    cdef _Encoding enc = _rope_encoding(head_dim, b, given, n != 0)
     if n == 0:
         return cos, sin
     cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
-    _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved,
+    _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved, amplitude,
                  "n (the positions)")
     return cos, sin

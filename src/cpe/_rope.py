@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import sys
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -21,6 +22,7 @@ from cpe._core import (
     rope_outputs,
     table_start,
 )
+from cpe._scaling import Scheme, scheme
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -34,6 +36,10 @@ def rope_cos_sin(
     layout: str = "half",
     dtype: npt.DTypeLike = np.float64,
     out: tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]] | None = None,
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: int | None = None,
+    seq_len: int | None = None,
+    inv_freq: npt.ArrayLike | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
@@ -99,10 +105,12 @@ def rope_cos_sin(
     ...                             out=(cos_buffer, sin_buffer))
     >>> cos is cos_buffer and sin is sin_buffer
     True
+    >>> yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    >>> cos, sin = cpe.rope_cos_sin(8, 64, rope_parameters=yarn)
+    >>> round(float(cos[0, 0]), 6)                       # the attention factor
+    1.138629
     """
-    width = as_count(head_dim, "head_dim", 2)
-    if width % 2:
-        raise ValueError(f"head_dim must be even, got {width}")
+    width = _head_dim(head_dim)
     if not is_one_of(layout, ROPE_LAYOUTS):
         raise ValueError(
             f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
@@ -114,11 +122,149 @@ def rope_cos_sin(
         raise TypeError(f"out must be a tuple (cos, sin) of two numpy.ndarray, got {_kind(out)}")
     # The RoPE kernel writes both tables at once, from consecutive positions or
     # from any; float16 tables take float64 rows rounded once.
-    if _is_count(n):
+    counted = _is_count(n)
+    if inv_freq is not None:
+        if rope_parameters is not None:
+            raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
+        used = _given(inv_freq, width, base)
+    else:
+        used = scheme(
+            width,
+            base,
+            rope_parameters,
+            max_position_embeddings,
+            seq_len,
+            lambda: _length(n, start, counted),
+        )
+    if counted:
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
-        return _rope_table(n, width, start, base, output_dtype, kernel_layout, out)
+        return _rope_table(n, used, start, output_dtype, kernel_layout, out)
     _check_no_offset(start)
-    return _rope_positions(n, width, base, output_dtype, layout == "interleaved", out)
+    return _rope_positions(
+        n,
+        used.width,
+        used.base,
+        _source(used),
+        output_dtype,
+        layout == "interleaved",
+        out,
+        used.attention_factor,
+    )
+
+
+def rope_frequencies(
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: int | None = None,
+    seq_len: int | None = None,
+) -> tuple[npt.NDArray[np.float64], float]:
+    """RoPE's frequencies ``inv_freq`` and attention factor, as a model's config sets them.
+
+    ``rope_parameters`` is the mapping of a transformers config
+    (``config.rope_parameters``, or the older ``config.rope_scaling``), and the
+    frequencies are those of transformers' ``ROPE_INIT_FUNCTIONS`` for its
+    ``rope_type``, computed in double-double arithmetic from the exact
+    ``base ** (-2j / rotary_dim)`` and rounded once to float64 (transformers
+    computes them in float32). The tables of :func:`rope_cos_sin` with the same
+    arguments use the double-double values themselves.
+
+    Parameters
+    ----------
+    head_dim : int
+        The attention head's width, a positive even number.
+    base : float, optional
+        RoPE's ``theta``; ``rope_parameters["rope_theta"]`` overrides it.
+    rope_parameters : mapping, optional
+        ``rope_type`` (or ``type``) among ``"default"``, ``"linear"``,
+        ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"`` and
+        ``"proportional"``, with the keys that type reads (``factor``,
+        ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``,
+        ``mscale``, ``mscale_all_dim``, ``attention_factor``, ``truncate``,
+        ``short_factor``, ``long_factor``, ``low_freq_factor``,
+        ``high_freq_factor``), and ``partial_rotary_factor`` (the rotated part
+        ``rotary_dim = int(head_dim * partial_rotary_factor)``). A key no
+        scheme knows is an error (a misspelt optional key would otherwise be
+        silently ignored); keys that another scheme reads are ignored.
+    max_position_embeddings : int, optional
+        The config's ``max_position_embeddings``: ``"dynamic"`` needs it; yarn
+        and longrope derive ``factor`` from it when the key is absent.
+    seq_len : int, optional
+        The sequence length ``"dynamic"`` and ``"longrope"`` adapt to (the
+        largest position + 1, as transformers' dynamic update takes it).
+        Without it, dynamic uses ``max_position_embeddings`` and longrope its
+        ``short_factor``.
+
+    Returns
+    -------
+    inv_freq : numpy.ndarray
+        float64, of shape ``(rotary_dim // 2,)`` (``(head_dim // 2,)`` for
+        ``"proportional"``, zero past the rotated part).
+    attention_factor : float
+        The factor the model multiplies cos and sin by (1 for most schemes).
+
+    Examples
+    --------
+    >>> import cpe
+    >>> llama31 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+    ...            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    ...            "original_max_position_embeddings": 8192}
+    >>> inv_freq, attention_factor = cpe.rope_frequencies(128, rope_parameters=llama31)
+    >>> inv_freq.shape, attention_factor
+    ((64,), 1.0)
+    >>> float(inv_freq[0]), float(inv_freq[-1]) < 500000.0 ** (-126 / 128) / 7.9
+    (1.0, True)
+    >>> _, factor = cpe.rope_frequencies(64, rope_parameters={
+    ...     "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
+    >>> round(factor, 6)
+    1.138629
+    """
+    used = scheme(_head_dim(head_dim), base, rope_parameters, max_position_embeddings, seq_len)
+    return used.inv_freq(), used.attention_factor
+
+
+def _head_dim(head_dim: Any) -> int:
+    width = as_count(head_dim, "head_dim", 2)
+    if width % 2:
+        raise ValueError(f"head_dim must be even, got {width}")
+    return width
+
+
+def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
+    """``inv_freq=``: head_dim // 2 finite float64 frequencies, taken as exact."""
+    try:
+        w = np.asarray(inv_freq, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"inv_freq must be an array of real numbers, got {type(inv_freq).__name__}"
+        ) from None
+    if w.shape != (head_dim // 2,):
+        raise ValueError(
+            f"inv_freq must have the shape (head_dim // 2,) = ({head_dim // 2},), got {w.shape}"
+        )
+    if not np.all(np.isfinite(w)):
+        raise ValueError("inv_freq must be finite")
+    return Scheme(lambda: (w, np.zeros_like(w)), base, 1.0, head_dim)
+
+
+def _source(used: Scheme) -> Any:
+    """What the core takes for the frequencies: None for the paper's, or the
+    function that makes them (called only when a table needs them)."""
+    return None if used.make is None else used.frequencies
+
+
+def _length(n: Any, start: Any, counted: bool) -> float | None:
+    """The request's sequence length, as transformers' dynamic update takes it: the
+    largest position + 1 (None when there is none, or when the arguments are
+    refused later, with their errors)."""
+    try:
+        if counted:
+            return float(as_start(start) + operator.index(n))
+        positions = np.asarray(n, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return float(positions.max()) + 1.0 if positions.size else None
 
 
 def _kind(value: Any) -> str:
@@ -128,22 +274,22 @@ def _kind(value: Any) -> str:
 
 
 def _rope_table(
-    n: int,
-    width: int,
+    n: Any,
+    used: Scheme,
     start: Any,
-    base: Any,
     dtype: Any,
     kernel_layout: str,
     out: tuple[Any, Any] | None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     rows = as_count(n, "n", 0)
+    width = used.width
     given = None
     if out is not None:  # before the size, as any out= is
         given = rope_outputs(out, (rows, width), dtype, "n and head_dim")
     # start (and start + n) and base, as positional_encoding_table checks them;
     # then the size.
     first = table_start(start, rows)
-    b = as_base(base)
+    b = as_base(used.base)
     if given is not None:
         cos, sin = given
     # One allocation for both tables: two large ones in a row would, with
@@ -153,7 +299,9 @@ def _rope_table(
     else:  # each table alone may still be representable: let the allocator say
         cos = prepare_out(None, (rows, width), dtype, "n and head_dim")
         sin = prepare_out(None, (rows, width), dtype, "n and head_dim")
-    _fill_rope(cos, sin, first, b, kernel_layout == "interleaved")
+    _fill_rope(
+        cos, sin, first, b, _source(used), kernel_layout == "interleaved", used.attention_factor
+    )
     return cos, sin
 
 

@@ -1,0 +1,429 @@
+"""RoPE's frequency schemes: a model's ``rope_parameters`` as exact frequencies.
+
+Each scheme of transformers' ``ROPE_INIT_FUNCTIONS`` is the paper's frequencies
+``w_j = theta ** (-2j / dim)`` divided or blended by a few numbers of the config.
+Here ``w_j`` is a double-double (cpe's own frequencies) and every division,
+product and sum that involves it is carried out in double-double arithmetic, so
+the frequencies keep about 106 bits; the numbers of the config (factors, ramps,
+the smooth blend) are formed in float64 as the formulas state them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cpe._core import as_base, as_count, as_real, paper_frequencies
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+# The keys of transformers' RopeParameters, the older rope_scaling's "type" and the
+# multimodal keys: any of them may stand in any config (transformers' own
+# standardization adds some that a scheme does not read).
+_KEYS = frozenset({
+    "rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+    "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+    "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "mscale",
+    "mscale_all_dim", "truncate", "mrope_section", "mrope_interleaved",
+})  # fmt: skip
+# Older configs' names of a scheme: Qwen2-VL's "mrope" is the default frequencies.
+_ALIASES = {"mrope": "default"}
+
+DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+
+
+Blend = Callable[["DD"], "DD"]
+Make = Callable[[], "DD"]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A scheme, its parameters read and checked: tables of ``width`` columns
+    with the paper's frequencies of ``base`` (``make`` None: as the 1-D
+    encodings have them, ``base`` then as given, not yet checked), or with the
+    frequencies ``make()`` returns; values times ``attention_factor``. The
+    frequencies are made only when a table needs them, after its sizes have
+    been checked."""
+
+    make: Make | None
+    base: Any
+    attention_factor: float
+    width: int
+
+    def frequencies(self) -> npt.NDArray[np.float64] | None:
+        """(2, width // 2) double-doubles, hi and lo rows; None for the paper's."""
+        if self.make is None:
+            return None
+        with np.errstate(all="ignore"):  # a frequency beyond the range is refused below
+            frequencies = np.stack(self.make())
+        if not np.all(np.isfinite(frequencies)):
+            raise ValueError("rope_parameters give frequencies beyond the range of a double")
+        return frequencies
+
+    def inv_freq(self) -> npt.NDArray[np.float64]:
+        """The frequencies rounded to float64 (a new array)."""
+        w = self.frequencies()
+        if w is None:
+            w = paper_frequencies(self.width, as_base(self.base))
+        return np.array(w[0], dtype=np.float64)
+
+
+# ---- double-double arithmetic on arrays (Dekker; error-free sums and products) ----
+
+
+def _two_sum(a: Any, b: Any) -> DD:
+    s = a + b
+    v = s - a
+    return s, (a - (s - v)) + (b - v)
+
+
+def _split(a: Any) -> DD:
+    t = 134217729.0 * a  # 2**27 + 1
+    hi = t - (t - a)
+    return hi, a - hi
+
+
+def _two_prod(a: Any, b: Any) -> DD:
+    p = a * b
+    a_hi, a_lo = _split(a)
+    b_hi, b_lo = _split(b)
+    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+
+def _normalized(hi: Any, lo: Any) -> DD:
+    s = hi + lo
+    return s, lo - (s - hi)
+
+
+def _times(w: DD, b: Any) -> DD:
+    """The double-double ``w`` times the float64 ``b`` (a scalar or per frequency)."""
+    p, e = _two_prod(w[0], b)
+    return _normalized(p, e + w[1] * b)
+
+
+def _over(w: DD, b: Any) -> DD:
+    """The double-double ``w`` divided by the float64 ``b``."""
+    q = w[0] / b
+    p, e = _two_prod(q, b)
+    return _normalized(q, (((w[0] - p) - e) + w[1]) / b)
+
+
+def _plus(x: DD, y: DD) -> DD:
+    s, e = _two_sum(x[0], y[0])
+    return _normalized(s, e + x[1] + y[1])
+
+
+# ---- reading rope_parameters ----
+
+_REQUIRED = object()
+
+
+class _Parameters:
+    """``rope_parameters`` of one ``rope_type``, read with errors that name the key."""
+
+    def __init__(self, parameters: Mapping[str, Any], rope_type: str) -> None:
+        self.parameters = parameters
+        self.rope_type = rope_type
+
+    def name(self, key: str) -> str:
+        return f"rope_parameters[{key!r}]"
+
+    def has(self, key: str) -> bool:
+        return self.parameters.get(key) is not None
+
+    def real(self, key: str, default: Any = _REQUIRED, *, positive: bool = False) -> float:
+        value = self.parameters.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ValueError(
+                    f"rope_parameters of rope_type {self.rope_type!r} needs the key {key!r}"
+                )
+            return float(default)
+        x = as_real(value, self.name(key))
+        if positive and not x > 0:
+            raise ValueError(f"{self.name(key)} must be > 0, got {x!r}")
+        return x
+
+    def factors(self, key: str, count: int) -> npt.NDArray[np.float64]:
+        value = self.parameters.get(key)
+        if value is None:
+            raise ValueError(
+                f"rope_parameters of rope_type {self.rope_type!r} needs the key {key!r}"
+            )
+        if isinstance(value, (str, bytes, Mapping)) or np.ndim(value) != 1:
+            raise TypeError(f"{self.name(key)} must be a sequence of numbers")
+        factors = np.array([as_real(v, f"{self.name(key)}[{i}]") for i, v in enumerate(value)])
+        if len(factors) != count:
+            raise ValueError(
+                f"{self.name(key)} must have rotary_dim // 2 = {count} entries, got {len(factors)}"
+            )
+        if not np.all(factors > 0):
+            raise ValueError(f"{self.name(key)} must hold numbers > 0")
+        return factors
+
+
+def _rope_type(parameters: Mapping[str, Any]) -> str:
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    rope_type = _ALIASES.get(rope_type, rope_type) if isinstance(rope_type, str) else rope_type
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(
+            f"rope_parameters['rope_type'] must be one of {', '.join(map(repr, ROPE_TYPES))}, "
+            f"got {rope_type!r}"
+        )
+    return str(rope_type)
+
+
+def scheme(
+    head_dim: int,
+    base: Any,
+    rope_parameters: Mapping[str, Any] | None,
+    max_position_embeddings: Any,
+    seq_len: Any,
+    default_seq_len: Callable[[], float | None] = lambda: None,
+) -> Scheme:
+    """The frequencies and attention factor of ``rope_parameters`` (checked here),
+    for ``head_dim`` (even, >= 2, checked by the caller) and ``base``.
+    Without ``seq_len``, the schemes that read it call ``default_seq_len``: the
+    length of the request (None: none)."""
+    if rope_parameters is None:
+        rope_parameters = {}
+    if not isinstance(rope_parameters, Mapping):
+        raise TypeError(
+            "rope_parameters must be a mapping such as a config's rope_parameters "
+            f"(or rope_scaling), got {type(rope_parameters).__name__}"
+        )
+    unknown = sorted(map(str, set(rope_parameters) - _KEYS))
+    if unknown:
+        raise ValueError(
+            f"rope_parameters has unknown keys {', '.join(map(repr, unknown))}; the known "
+            f"ones are {', '.join(map(repr, sorted(_KEYS)))}"
+        )
+    rope_type = _rope_type(rope_parameters)
+    read = _Parameters(rope_parameters, rope_type)
+    mpe = None
+    if max_position_embeddings is not None:
+        mpe = as_count(max_position_embeddings, "max_position_embeddings", 1)
+    length: float | None = None
+    if seq_len is not None:
+        length = float(as_count(seq_len, "seq_len", 0))
+    elif rope_type in ("dynamic", "longrope"):  # the only schemes that read it
+        length = default_seq_len()
+    # rope_theta overrides base, as a config's does. base itself is checked by
+    # the scheme that needs it (the unscaled tables check it after their start).
+    theta = base
+    if read.has("rope_theta"):
+        theta = as_real(rope_parameters["rope_theta"], read.name("rope_theta"))
+        if not theta > 0:
+            raise ValueError(f"rope_parameters['rope_theta'] must be > 0, got {theta!r}")
+    elif rope_type != "default":
+        theta = as_base(base)
+    fraction = read.real("partial_rotary_factor", 1.0)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {fraction!r}"
+        )
+    if rope_type == "proportional":
+        blend = _proportional(read, head_dim, fraction)
+        return Scheme(lambda: blend(_paper(head_dim, theta)), theta, 1.0, head_dim)
+    dim = head_dim if fraction == 1.0 else int(head_dim * fraction)  # exact for any width
+    if dim < 2 or dim % 2:
+        raise ValueError(
+            f"rope_parameters['partial_rotary_factor'] = {fraction!r} gives rotary_dim = "
+            f"int(head_dim * partial_rotary_factor) = {dim}, which must be even and >= 2"
+        )
+    if rope_type == "default":
+        return Scheme(None, theta, 1.0, dim)
+    attention_factor = 1.0
+    if rope_type == "linear":
+        factor = read.real("factor", positive=True)
+
+        def blend(w: DD) -> DD:
+            return _over(w, factor)
+    elif rope_type == "dynamic":
+        return Scheme(_dynamic(read, dim, theta, mpe, length), theta, 1.0, dim)
+    elif rope_type == "yarn":
+        blend, attention_factor = _yarn(read, dim, theta, mpe)
+    elif rope_type == "longrope":
+        blend, attention_factor = _longrope(read, dim, mpe, length)
+    else:
+        blend = _llama3(read, mpe)
+    return Scheme(lambda: blend(_paper(dim, theta)), theta, attention_factor, dim)
+
+
+def _paper(dim: int, theta: float) -> DD:
+    w = paper_frequencies(dim, theta)
+    return w[0].copy(), w[1].copy()
+
+
+def _original(read: _Parameters, mpe: int | None) -> float:
+    """``original_max_position_embeddings``: the config's, or (as transformers'
+    standardization fills it in) ``max_position_embeddings``."""
+    if read.has("original_max_position_embeddings") or mpe is None:
+        return read.real("original_max_position_embeddings", positive=True)
+    return float(mpe)
+
+
+def _factor_or_ratio(read: _Parameters, mpe: int | None, original: float) -> float:
+    """``factor``, or when absent ``max_position_embeddings / original_max_position_embeddings``."""
+    if read.has("factor"):
+        return read.real("factor", positive=True)
+    if mpe is None:
+        raise ValueError(
+            f"rope_parameters of rope_type {read.rope_type!r} needs the key 'factor', or "
+            "max_position_embeddings to derive it from original_max_position_embeddings"
+        )
+    return mpe / original
+
+
+def _dynamic(
+    read: _Parameters, dim: int, theta: float, mpe: int | None, length: float | None
+) -> Make:
+    factor = read.real("factor", positive=True)
+    if mpe is None:
+        raise ValueError("rope_parameters of rope_type 'dynamic' needs max_position_embeddings")
+    if dim == 2:
+        raise ValueError(
+            "rope_parameters of rope_type 'dynamic' need rotary_dim >= 4 "
+            "(its exponent is dim / (dim - 2))"
+        )
+    length = mpe if length is None else max(length, mpe)
+    try:
+        new_base = theta * ((factor * length / mpe) - (factor - 1)) ** (dim / (dim - 2))
+    except OverflowError:
+        new_base = math.inf
+    if not (isinstance(new_base, float) and math.isfinite(new_base) and new_base > 0):
+        raise ValueError(
+            f"rope_parameters of rope_type 'dynamic' give the base {new_base!r} "
+            f"at seq_len {length!r}"
+        )
+    return lambda: _paper(dim, new_base)
+
+
+def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[Blend, float]:
+    original = _original(read, mpe)
+    factor = _factor_or_ratio(read, mpe, original)
+
+    def get_mscale(scale: float, mscale: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    if read.has("attention_factor"):
+        attention_factor = read.real("attention_factor", positive=True)
+    else:
+        mscale = read.real("mscale", 0.0)
+        mscale_all_dim = read.real("mscale_all_dim", 0.0)
+        if mscale and mscale_all_dim:
+            denominator = get_mscale(factor, mscale_all_dim)
+            attention_factor = get_mscale(factor, mscale) / denominator if denominator else 0.0
+        else:
+            attention_factor = get_mscale(factor)
+        if not (math.isfinite(attention_factor) and attention_factor > 0):
+            raise ValueError(
+                f"rope_parameters['mscale'] = {mscale!r} and ['mscale_all_dim'] = "
+                f"{mscale_all_dim!r} give the attention factor {attention_factor!r}, not > 0"
+            )
+    # As transformers reads them: a missing (or zero) beta is the paper's.
+    beta_fast = read.real("beta_fast", 0.0) or 32.0
+    beta_slow = read.real("beta_slow", 0.0) or 1.0
+    if not (beta_fast > 0 and beta_slow > 0):
+        raise ValueError(
+            "rope_parameters['beta_fast'] and ['beta_slow'] must be > 0, got "
+            f"{beta_fast!r} and {beta_slow!r}"
+        )
+    if theta == 1.0:  # every frequency is 1: the ramp's bounds are undefined
+        raise ValueError(
+            "rope_parameters of rope_type 'yarn' need a base (rope_theta) other than 1, got 1.0"
+        )
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    truncate = _truncate(read)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+
+    def blend(w: DD) -> DD:
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        # ramp 1: interpolated (w / factor), ramp 0: extrapolated (w), blended between.
+        return _plus(_times(_over(w, factor), ramp), _times(w, 1.0 - ramp))
+
+    return blend, attention_factor
+
+
+def _truncate(read: _Parameters) -> bool:
+    value = read.parameters.get("truncate", True)
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"rope_parameters['truncate'] must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _longrope(
+    read: _Parameters, dim: int, mpe: int | None, length: float | None
+) -> tuple[Blend, float]:
+    original = _original(read, mpe)
+    key = "long_factor" if length is not None and length > original else "short_factor"
+    factors = read.factors(key, dim // 2)
+    read.factors("long_factor" if key == "short_factor" else "short_factor", dim // 2)
+    if read.has("attention_factor"):
+        attention_factor = read.real("attention_factor", positive=True)
+    else:
+        factor = _factor_or_ratio(read, mpe, original)
+        if factor <= 1.0:
+            attention_factor = 1.0
+        elif original <= 1.0:
+            raise ValueError(
+                "rope_parameters of rope_type 'longrope' need "
+                "original_max_position_embeddings > 1 for its attention factor "
+                "(or rope_parameters['attention_factor'])"
+            )
+        else:
+            attention_factor = math.sqrt(1 + math.log(factor) / math.log(original))
+    return (lambda w: _over(w, factors)), attention_factor
+
+
+def _llama3(read: _Parameters, mpe: int | None) -> Blend:
+    factor = read.real("factor", positive=True)
+    low_freq_factor = read.real("low_freq_factor")
+    high_freq_factor = read.real("high_freq_factor")
+    if not high_freq_factor > low_freq_factor:
+        raise ValueError(
+            "rope_parameters['high_freq_factor'] must be greater than "
+            f"rope_parameters['low_freq_factor'], got {high_freq_factor!r} <= {low_freq_factor!r}"
+        )
+    original = _original(read, mpe)
+
+    def blend(w: DD) -> DD:
+        with np.errstate(divide="ignore"):
+            wavelen = 2 * math.pi / w[0]
+        smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        # Long waves are divided by factor, short ones kept, those between blended.
+        smooth = np.where(
+            wavelen > original / low_freq_factor,
+            0.0,
+            np.where(wavelen < original / high_freq_factor, 1.0, smooth),
+        )
+        return _plus(_times(_over(w, factor), 1.0 - smooth), _times(w, smooth))
+
+    return blend
+
+
+def _proportional(read: _Parameters, head_dim: int, fraction: float) -> Blend:
+    """Frequencies ``theta ** (-2j / head_dim)`` for the rotated part, zero after it:
+    the tables keep the full ``head_dim``."""
+    rotated = int(fraction * head_dim // 2)
+    factor = read.real("factor", 1.0, positive=True)
+
+    def blend(w: DD) -> DD:
+        hi, lo = w
+        hi[rotated:] = 0.0
+        lo[rotated:] = 0.0
+        return _over((hi, lo), factor)
+
+    return blend

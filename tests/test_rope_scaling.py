@@ -1,0 +1,395 @@
+"""Scaled RoPE (rope_parameters, inv_freq=) against mpmath; its errors.
+
+The real transformers modules are compared in test_interop.py.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+import cpe
+import exact
+
+SHORT = list(np.linspace(1.0, 1.5, 32))
+LONG = list(np.linspace(1.0, 9.0, 32))
+# (rope_parameters, max_position_embeddings, seq_len) for head_dim 64.
+SCHEMES = {
+    "default": ({}, None, None),
+    "default rope_theta": ({"rope_theta": 500000.0}, None, None),
+    "mrope alias": ({"type": "mrope", "mrope_section": [16, 8, 8]}, None, None),
+    "linear": ({"rope_type": "linear", "factor": 3.0}, None, None),
+    "linear old form": ({"type": "linear", "factor": 2.5}, None, None),
+    "linear partial": (
+        {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5},
+        None,
+        None,
+    ),
+    "dynamic short": ({"rope_type": "dynamic", "factor": 2.0}, 2048, 100),
+    "dynamic long": ({"rope_type": "dynamic", "factor": 2.0}, 2048, 10000),
+    "yarn": (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+        None,
+        None,
+    ),
+    "yarn no truncate": (
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "truncate": False,
+            "original_max_position_embeddings": 1024,
+        },
+        None,
+        None,
+    ),
+    "yarn deepseek": (
+        {
+            "type": "yarn",
+            "factor": 40,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 10000,
+        },
+        None,
+        None,
+    ),
+    "yarn factor from lengths": (
+        {"rope_type": "yarn", "original_max_position_embeddings": 4096},
+        32768,
+        None,
+    ),
+    "longrope short": (
+        {
+            "rope_type": "longrope",
+            "short_factor": SHORT,
+            "long_factor": LONG,
+            "original_max_position_embeddings": 4096,
+        },
+        131072,
+        4096,
+    ),
+    "longrope long": (
+        {
+            "rope_type": "longrope",
+            "short_factor": SHORT,
+            "long_factor": LONG,
+            "original_max_position_embeddings": 4096,
+        },
+        131072,
+        4097,
+    ),
+    "llama3": (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+        None,
+        None,
+    ),
+    "proportional": (
+        {"rope_type": "proportional", "partial_rotary_factor": 0.25, "factor": 2.0},
+        None,
+        None,
+    ),
+}
+
+
+def _exact(name, head_dim=64):
+    params, mpe, seq_len = SCHEMES[name]
+    return exact.rope_scheme(head_dim, params, mpe, seq_len)
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_frequencies_are_the_exact_ones_rounded_once(name):
+    params, mpe, seq_len = SCHEMES[name]
+    inv_freq, attention = cpe.rope_frequencies(
+        64, rope_parameters=params, max_position_embeddings=mpe, seq_len=seq_len
+    )
+    want, want_attention, width = _exact(name)
+    assert inv_freq.dtype == np.float64
+    assert inv_freq.shape == (width // 2,)
+    assert attention == pytest.approx(want_attention, rel=1e-15)
+    # Half an ulp: the double-double frequency, rounded to float64 once.
+    pairs = zip(inv_freq, want, strict=True)
+    err = np.array([float(abs(mpmath.mpf(float(g)) - w)) for g, w in pairs])
+    assert np.all(err <= 0.5000001 * np.spacing(np.abs(inv_freq)) + 1e-300), err.max()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "linear",
+        "dynamic long",
+        "yarn deepseek",
+        "longrope long",
+        "llama3",
+        "proportional",
+        "linear partial",
+    ],
+)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_tables_are_exact_at_a_million(name, layout):
+    params, mpe, seq_len = SCHEMES[name]
+    start = 10**6 - 40
+    cos, sin = cpe.rope_cos_sin(
+        40,
+        64,
+        start=start,
+        layout=layout,
+        rope_parameters=params,
+        max_position_embeddings=mpe,
+        seq_len=seq_len,
+    )
+    w, attention, width = _exact(name)
+    assert cos.shape == sin.shape == (40, width)
+    columns = list(w) * 2 if layout == "half" else [x for x in w for _ in range(2)]
+    for row in (0, 17, 39):
+        p = start + row
+        want_cos = [attention * mpmath.cos(p * x) for x in columns]
+        want_sin = [attention * mpmath.sin(p * x) for x in columns]
+        # 1e-15 as the 1-D encodings, and one rounding of the product by the factor.
+        bound = 1e-15 * attention + 2.3e-16 * attention
+        for got, want in ((cos[row], want_cos), (sin[row], want_sin)):
+            pairs = zip(got, want, strict=True)
+            assert max(abs(mpmath.mpf(float(g)) - v) for g, v in pairs) <= bound
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", ["yarn", "llama3"])
+def test_narrow_tables_are_the_float64_values_rounded_once(name, dtype):
+    params = SCHEMES[name][0]
+    wide = cpe.rope_cos_sin(300, 64, start=5000, rope_parameters=params)
+    narrow = cpe.rope_cos_sin(300, 64, start=5000, rope_parameters=params, dtype=dtype)
+    for got, want in zip(narrow, wide, strict=True):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("name", ["yarn deepseek", "longrope long", "dynamic long"])
+def test_positions_and_tables_give_the_same_bits(name):
+    params, mpe, seq_len = SCHEMES[name]
+    kwargs = {"rope_parameters": params, "max_position_embeddings": mpe, "seq_len": seq_len}
+    table = cpe.rope_cos_sin(200, 64, start=3000, **kwargs)
+    ids = np.random.default_rng(1).integers(3000, 3200, (3, 7))
+    rows = cpe.rope_cos_sin(ids, 64, **kwargs)
+    for got, whole in zip(rows, table, strict=True):
+        np.testing.assert_array_equal(got, whole[ids - 3000])
+    out = (np.empty_like(table[0]), np.empty_like(table[1]))
+    again = cpe.rope_cos_sin(200, 64, start=3000, out=out, **kwargs)
+    assert again[0] is out[0]
+    for got, want in zip(again, table, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_seq_len_defaults_to_the_request():
+    params = {
+        "rope_type": "longrope",
+        "short_factor": SHORT,
+        "long_factor": LONG,
+        "original_max_position_embeddings": 4096,
+    }
+    kwargs = {"rope_parameters": params, "max_position_embeddings": 131072}
+    for start, seq_len in [(0, 4096), (1, 4097)]:  # start + n against the original length
+        default = cpe.rope_cos_sin(4096, 64, start=start, **kwargs)
+        given = cpe.rope_cos_sin(4096, 64, start=start, seq_len=seq_len, **kwargs)
+        np.testing.assert_array_equal(default[1], given[1])
+    short = cpe.rope_cos_sin(4096, 64, start=1, seq_len=4096, **kwargs)
+    assert not np.array_equal(short[1], cpe.rope_cos_sin(4096, 64, start=1, **kwargs)[1])
+    ids = np.array([[5, 4096]])  # the largest position + 1 = 4097 > 4096: long factors
+    np.testing.assert_array_equal(
+        cpe.rope_cos_sin(ids, 64, **kwargs)[0], cpe.rope_cos_sin(ids, 64, seq_len=4097, **kwargs)[0]
+    )
+
+
+def test_default_parameters_are_the_unscaled_tables():
+    plain = cpe.rope_cos_sin(50, 64, base=500000.0, start=70)
+    for params in ({}, {"rope_type": "default"}, {"rope_theta": 500000.0}):
+        scaled = cpe.rope_cos_sin(50, 64, start=70, base=500000.0, rope_parameters=params)
+        for got, want in zip(scaled, plain, strict=True):
+            np.testing.assert_array_equal(got, want)
+    # partial rotary: the unscaled table of the rotary width
+    part = cpe.rope_cos_sin(50, 64, start=70, rope_parameters={"partial_rotary_factor": 0.5})
+    np.testing.assert_array_equal(part[0], cpe.rope_cos_sin(50, 32, start=70)[0])
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_given_frequencies_are_taken_as_exact(layout):
+    inv_freq = np.array([1.0, 0.3, 1e-3, 0.0])
+    cos, sin = cpe.rope_cos_sin(np.array([0, 3, 999999]), 8, inv_freq=list(inv_freq), layout=layout)
+    columns = list(inv_freq) * 2 if layout == "half" else list(np.repeat(inv_freq, 2))
+    for row, p in enumerate([0, 3, 999999]):
+        for k, w in enumerate(columns):
+            assert abs(cos[row, k] - mpmath.cos(p * mpmath.mpf(w))) <= 1e-15
+            assert abs(sin[row, k] - mpmath.sin(p * mpmath.mpf(w))) <= 1e-15
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"rope_parameters": {"rope_type": "ntk"}}, ValueError, "'llama3'"),
+        (
+            {"rope_parameters": {"rope_type": "linear"}},
+            ValueError,
+            "rope_type 'linear' needs the key 'factor'",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "original_max_position_embeddings": 8192,
+                }
+            },
+            ValueError,
+            "'llama3' needs the key 'high_freq_factor'",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": 0.0}},
+            ValueError,
+            "rope_parameters['factor'] must be > 0",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": "2"}},
+            TypeError,
+            "rope_parameters['factor'] must be a real number",
+        ),
+        (
+            {"rope_parameters": {"partial_rotary_factor": 1.5}},
+            ValueError,
+            "partial_rotary_factor'] must be in (0, 1]",
+        ),
+        (
+            {"rope_parameters": {"partial_rotary_factor": 0.0}},
+            ValueError,
+            "partial_rotary_factor'] must be in (0, 1]",
+        ),
+        (
+            {"rope_parameters": {"partial_rotary_factor": 0.3}},
+            ValueError,
+            "rotary_dim = int(head_dim * partial_rotary_factor) = 19",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "beta_fats": 32}},
+            ValueError,
+            "unknown keys 'beta_fats'",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}},
+            ValueError,
+            "needs max_position_embeddings",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}},
+            ValueError,
+            "needs the key 'original_max_position_embeddings'",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0] * 3,
+                    "long_factor": [1.0] * 32,
+                    "original_max_position_embeddings": 4,
+                }
+            },
+            ValueError,
+            "rope_parameters['short_factor'] must have rotary_dim // 2 = 32 entries, got 3",
+        ),
+        (
+            {"rope_parameters": [("rope_type", "linear")]},
+            TypeError,
+            "rope_parameters must be a mapping",
+        ),
+        ({"rope_parameters": {"rope_theta": -1.0}}, ValueError, "rope_theta'] must be > 0"),
+        (
+            {
+                "seq_len": -1,
+                "rope_parameters": {"rope_type": "dynamic", "factor": 2.0},
+                "max_position_embeddings": 10,
+            },
+            ValueError,
+            "seq_len must be >= 0",
+        ),
+        (
+            {
+                "max_position_embeddings": 0,
+                "rope_parameters": {"rope_type": "dynamic", "factor": 2.0},
+            },
+            ValueError,
+            "max_position_embeddings must be >= 1",
+        ),
+        # Found by the fuzzer: formulas that divide by log(base), log(length) or an mscale.
+        (
+            {
+                "base": 1.0,
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "factor": 2.0,
+                    "original_max_position_embeddings": 16,
+                },
+            },
+            ValueError,
+            "other than 1",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0] * 32,
+                    "long_factor": [1.0] * 32,
+                    "factor": 2.0,
+                    "original_max_position_embeddings": 1,
+                }
+            },
+            ValueError,
+            "original_max_position_embeddings > 1",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "mscale": 1.0,
+                    "mscale_all_dim": -1 / (0.1 * 1.3862943611198906),
+                    "original_max_position_embeddings": 16,
+                }
+            },
+            ValueError,
+            "give the attention factor",
+        ),
+    ],
+)
+def test_scheme_errors(kwargs, exc, text):
+    with pytest.raises(exc) as info:
+        cpe.rope_frequencies(64, **kwargs)
+    assert text in str(info.value)
+    out = (np.full((4, 64), 7.0), np.full((4, 64), 7.0))
+    with pytest.raises(exc) as info:
+        cpe.rope_cos_sin(4, 64, out=out, **kwargs)
+    assert text in str(info.value)
+    assert np.all(out[0] == 7.0)
+    assert np.all(out[1] == 7.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"inv_freq": np.ones(3)}, ValueError, "inv_freq must have the shape (head_dim // 2,)"),
+        ({"inv_freq": [1.0, np.inf, 0.0, 0.0]}, ValueError, "inv_freq must be finite"),
+        ({"inv_freq": ["a", "b", "c", "d"]}, TypeError, "inv_freq must be an array of real"),
+        ({"inv_freq": np.ones(4), "rope_parameters": {}}, TypeError, "not both"),
+    ],
+)
+def test_inv_freq_errors(kwargs, exc, text):
+    with pytest.raises(exc) as info:
+        cpe.rope_cos_sin(4, 8, **kwargs)
+    assert text in str(info.value)
