@@ -393,3 +393,86 @@ def test_inv_freq_errors(kwargs, exc, text):
     with pytest.raises(exc) as info:
         cpe.rope_cos_sin(4, 8, **kwargs)
     assert text in str(info.value)
+
+
+# Found by review: inputs that gave another exception, or a silent wrong scheme.
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"rope_parameters": {"rope_type": np.array(["yarn"])}}, TypeError, "must be a str"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 0.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+            ValueError,
+            "rope_parameters['low_freq_factor'] must be > 0",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "short_factor": [[1.0], [1.0, 2.0]],
+                    "long_factor": [1.0] * 32,
+                    "original_max_position_embeddings": 16,
+                }
+            },
+            TypeError,
+            "rope_parameters['short_factor'] must be a sequence of numbers",
+        ),
+    ],
+)
+def test_scheme_errors_found_by_review(kwargs, exc, text):
+    with pytest.raises(exc) as info:
+        cpe.rope_frequencies(64, **kwargs)
+    assert text in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"inv_freq": np.ones(4, complex)}, TypeError, "inv_freq must be an array of real"),
+        ({"inv_freq": [True] * 4}, TypeError, "inv_freq must be an array of real"),
+        ({"inv_freq": np.ones(4), "seq_len": 3}, TypeError, "cannot be combined with inv_freq"),
+    ],
+)
+def test_inv_freq_errors_found_by_review(kwargs, exc, text):
+    with pytest.raises(exc) as info:
+        cpe.rope_cos_sin(4, 8, **kwargs)
+    assert text in str(info.value)
+
+
+def test_extreme_but_representable_schemes():
+    # A huge factor: frequencies near 1e-301, still exact (no overflow in the splitting).
+    inv_freq, _ = cpe.rope_frequencies(8, rope_parameters={"rope_type": "linear", "factor": 1e301})
+    want = [float(exact.frequency(j, 8) / mpmath.mpf(1e301)) for j in range(4)]
+    np.testing.assert_array_equal(inv_freq, want)
+    # truncate None is no truncation, as transformers reads it.
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    np.testing.assert_array_equal(
+        cpe.rope_frequencies(64, rope_parameters={**yarn, "truncate": None})[0],
+        cpe.rope_frequencies(64, rope_parameters={**yarn, "truncate": False})[0],
+    )
+    # Extreme lengths and betas: the ramp's bounds are formed from logarithms.
+    w, _ = cpe.rope_frequencies(
+        64, rope_parameters={**yarn, "beta_fast": 1e300, "original_max_position_embeddings": 1e-300}
+    )
+    assert np.all(np.isfinite(w))
+    # proportional may rotate nothing.
+    nothing, _ = cpe.rope_frequencies(
+        64, rope_parameters={"rope_type": "proportional", "partial_rotary_factor": 0.0}
+    )
+    np.testing.assert_array_equal(nothing, np.zeros(32))
+    # Non-finite positions are refused as positions, not as a scheme's base.
+    with pytest.raises(ValueError, match="n \\(the positions\\) must be finite"):
+        cpe.rope_cos_sin(
+            [1.0, np.inf],
+            64,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0},
+            max_position_embeddings=16,
+        )

@@ -634,6 +634,8 @@ cpdef object given_encoding(Py_ssize_t width, w):
     ``|lo| <= ulp(hi) / 2``; lo 0 for frequencies taken as exact), as
     cpe._scaling makes them. Cached by their bytes."""
     w = np.array(w, dtype=np.float64, order="C")  # a copy of the caller's
+    if w.shape != (2, width // 2):
+        raise ValueError(f"given_encoding: frequencies of shape (2, {width // 2}) expected")
     key = ("given", width, w.tobytes())
     cached = _encodings.entries.get(key)
     if cached is not None:

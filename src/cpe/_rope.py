@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import sys
 from collections.abc import Mapping
@@ -126,6 +127,11 @@ def rope_cos_sin(
     if inv_freq is not None:
         if rope_parameters is not None:
             raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
+        if max_position_embeddings is not None or seq_len is not None:
+            raise TypeError(
+                "max_position_embeddings and seq_len set rope_parameters' frequencies: "
+                "they cannot be combined with inv_freq"
+            )
         used = _given(inv_freq, width, base)
     else:
         used = scheme(
@@ -234,11 +240,12 @@ def _head_dim(head_dim: Any) -> int:
 def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
     """``inv_freq=``: head_dim // 2 finite float64 frequencies, taken as exact."""
     try:
-        w = np.asarray(inv_freq, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"inv_freq must be an array of real numbers, got {type(inv_freq).__name__}"
-        ) from None
+        given = np.asarray(inv_freq)
+    except (TypeError, ValueError):  # ragged
+        given = np.asarray(None)
+    if given.dtype.kind not in "iuf":
+        raise TypeError(f"inv_freq must be an array of real numbers, got {given.dtype} values")
+    w = given.astype(np.float64)
     if w.shape != (head_dim // 2,):
         raise ValueError(
             f"inv_freq must have the shape (head_dim // 2,) = ({head_dim // 2},), got {w.shape}"
@@ -264,7 +271,8 @@ def _length(n: Any, start: Any, counted: bool) -> float | None:
         positions = np.asarray(n, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         return None
-    return float(positions.max()) + 1.0 if positions.size else None
+    largest = float(positions.max()) if positions.size else math.nan
+    return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
 
 
 def _kind(value: Any) -> str:

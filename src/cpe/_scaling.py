@@ -82,9 +82,13 @@ def _two_sum(a: Any, b: Any) -> DD:
 
 
 def _split(a: Any) -> DD:
+    # Values beyond 2**996 are split scaled down, so that 2**27 * a stays finite.
+    big = np.abs(a) > 2.0**996
+    a = np.where(big, a * 2.0**-28, a)
     t = 134217729.0 * a  # 2**27 + 1
     hi = t - (t - a)
-    return hi, a - hi
+    lo = a - hi
+    return np.where(big, hi * 2.0**28, hi), np.where(big, lo * 2.0**28, lo)
 
 
 def _two_prod(a: Any, b: Any) -> DD:
@@ -135,7 +139,14 @@ class _Parameters:
     def has(self, key: str) -> bool:
         return self.parameters.get(key) is not None
 
-    def real(self, key: str, default: Any = _REQUIRED, *, positive: bool = False) -> float:
+    def real(
+        self,
+        key: str,
+        default: Any = _REQUIRED,
+        *,
+        positive: bool = False,
+        at_least_zero: bool = False,
+    ) -> float:
         value = self.parameters.get(key)
         if value is None:
             if default is _REQUIRED:
@@ -146,6 +157,8 @@ class _Parameters:
         x = as_real(value, self.name(key))
         if positive and not x > 0:
             raise ValueError(f"{self.name(key)} must be > 0, got {x!r}")
+        if at_least_zero and not x >= 0:
+            raise ValueError(f"{self.name(key)} must be >= 0, got {x!r}")
         return x
 
     def factors(self, key: str, count: int) -> npt.NDArray[np.float64]:
@@ -154,7 +167,11 @@ class _Parameters:
             raise ValueError(
                 f"rope_parameters of rope_type {self.rope_type!r} needs the key {key!r}"
             )
-        if isinstance(value, (str, bytes, Mapping)) or np.ndim(value) != 1:
+        try:
+            flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
+        except ValueError:  # ragged
+            flat = False
+        if not flat:
             raise TypeError(f"{self.name(key)} must be a sequence of numbers")
         factors = np.array([as_real(v, f"{self.name(key)}[{i}]") for i, v in enumerate(value)])
         if len(factors) != count:
@@ -168,7 +185,11 @@ class _Parameters:
 
 def _rope_type(parameters: Mapping[str, Any]) -> str:
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
-    rope_type = _ALIASES.get(rope_type, rope_type) if isinstance(rope_type, str) else rope_type
+    if not isinstance(rope_type, str):
+        raise TypeError(
+            f"rope_parameters['rope_type'] must be a str, got {type(rope_type).__name__}"
+        )
+    rope_type = _ALIASES.get(rope_type, rope_type)
     if rope_type not in ROPE_TYPES:
         raise ValueError(
             f"rope_parameters['rope_type'] must be one of {', '.join(map(repr, ROPE_TYPES))}, "
@@ -222,7 +243,8 @@ def scheme(
     elif rope_type != "default":
         theta = as_base(base)
     fraction = read.real("partial_rotary_factor", 1.0)
-    if not 0.0 < fraction <= 1.0:
+    # proportional may rotate nothing (all frequencies zero), as transformers lets it.
+    if not (0.0 < fraction <= 1.0 or (rope_type == "proportional" and fraction == 0.0)):
         raise ValueError(
             f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {fraction!r}"
         )
@@ -255,7 +277,14 @@ def scheme(
 
 
 def _paper(dim: int, theta: float) -> DD:
-    w = paper_frequencies(dim, theta)
+    try:
+        w = paper_frequencies(dim, theta)
+    except ValueError as error:
+        if "too big" not in str(error):  # NumPy's refusal of the allocation
+            raise
+        raise ValueError(
+            f"head_dim: its {dim // 2} frequencies are too large to allocate"
+        ) from None
     return w[0].copy(), w[1].copy()
 
 
@@ -311,7 +340,7 @@ def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[B
         return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
     if read.has("attention_factor"):
-        attention_factor = read.real("attention_factor", positive=True)
+        attention_factor = read.real("attention_factor", at_least_zero=True)
     else:
         mscale = read.real("mscale", 0.0)
         mscale_all_dim = read.real("mscale_all_dim", 0.0)
@@ -339,9 +368,15 @@ def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[B
         )
 
     def correction_dim(rotations: float) -> float:
-        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+        logs = math.log(original) - math.log(rotations) - math.log(2 * math.pi)
+        return (dim * logs) / (2 * math.log(theta))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(
+            "rope_parameters of rope_type 'yarn': beta_fast, beta_slow, "
+            "original_max_position_embeddings and the base give no finite ramp"
+        )
     truncate = _truncate(read)
     if truncate:
         low, high = math.floor(low), math.ceil(high)
@@ -359,6 +394,8 @@ def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[B
 
 def _truncate(read: _Parameters) -> bool:
     value = read.parameters.get("truncate", True)
+    if value is None:  # transformers tests its truth
+        return False
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"rope_parameters['truncate'] must be a bool, got {type(value).__name__}")
     return bool(value)
@@ -372,7 +409,7 @@ def _longrope(
     factors = read.factors(key, dim // 2)
     read.factors("long_factor" if key == "short_factor" else "short_factor", dim // 2)
     if read.has("attention_factor"):
-        attention_factor = read.real("attention_factor", positive=True)
+        attention_factor = read.real("attention_factor", at_least_zero=True)
     else:
         factor = _factor_or_ratio(read, mpe, original)
         if factor <= 1.0:
@@ -390,7 +427,7 @@ def _longrope(
 
 def _llama3(read: _Parameters, mpe: int | None) -> Blend:
     factor = read.real("factor", positive=True)
-    low_freq_factor = read.real("low_freq_factor")
+    low_freq_factor = read.real("low_freq_factor", positive=True)
     high_freq_factor = read.real("high_freq_factor")
     if not high_freq_factor > low_freq_factor:
         raise ValueError(
