@@ -327,7 +327,7 @@ def test_given_frequencies_are_taken_as_exact(layout):
             ValueError,
             "max_position_embeddings must be >= 1",
         ),
-        # Found by the fuzzer: formulas that divide by log(base), log(length) or an mscale.
+        # Formulas that divide by log(base), log(length) or an mscale.
         (
             {
                 "base": 1.0,
@@ -366,39 +366,7 @@ def test_given_frequencies_are_taken_as_exact(layout):
             ValueError,
             "give the attention factor",
         ),
-    ],
-)
-def test_scheme_errors(kwargs, exc, text):
-    with pytest.raises(exc) as info:
-        cpe.rope_frequencies(64, **kwargs)
-    assert text in str(info.value)
-    out = (np.full((4, 64), 7.0), np.full((4, 64), 7.0))
-    with pytest.raises(exc) as info:
-        cpe.rope_cos_sin(4, 64, out=out, **kwargs)
-    assert text in str(info.value)
-    assert np.all(out[0] == 7.0)
-    assert np.all(out[1] == 7.0)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "exc", "text"),
-    [
-        ({"inv_freq": np.ones(3)}, ValueError, "inv_freq must have the shape (head_dim // 2,)"),
-        ({"inv_freq": [1.0, np.inf, 0.0, 0.0]}, ValueError, "inv_freq must be finite"),
-        ({"inv_freq": ["a", "b", "c", "d"]}, TypeError, "inv_freq must be an array of real"),
-        ({"inv_freq": np.ones(4), "rope_parameters": {}}, TypeError, "not both"),
-    ],
-)
-def test_inv_freq_errors(kwargs, exc, text):
-    with pytest.raises(exc) as info:
-        cpe.rope_cos_sin(4, 8, **kwargs)
-    assert text in str(info.value)
-
-
-# Found by review: inputs that gave another exception, or a silent wrong scheme.
-@pytest.mark.parametrize(
-    ("kwargs", "exc", "text"),
-    [
+        # A rope_type of another type, a zero low_freq_factor, a ragged factor list.
         ({"rope_parameters": {"rope_type": np.array(["yarn"])}}, TypeError, "must be a str"),
         (
             {
@@ -427,21 +395,31 @@ def test_inv_freq_errors(kwargs, exc, text):
         ),
     ],
 )
-def test_scheme_errors_found_by_review(kwargs, exc, text):
+def test_scheme_errors(kwargs, exc, text):
     with pytest.raises(exc) as info:
         cpe.rope_frequencies(64, **kwargs)
     assert text in str(info.value)
+    out = (np.full((4, 64), 7.0), np.full((4, 64), 7.0))
+    with pytest.raises(exc) as info:
+        cpe.rope_cos_sin(4, 64, out=out, **kwargs)
+    assert text in str(info.value)
+    assert np.all(out[0] == 7.0)
+    assert np.all(out[1] == 7.0)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "exc", "text"),
     [
+        ({"inv_freq": np.ones(3)}, ValueError, "inv_freq must have the shape (head_dim // 2,)"),
+        ({"inv_freq": [1.0, np.inf, 0.0, 0.0]}, ValueError, "inv_freq must be finite"),
+        ({"inv_freq": ["a", "b", "c", "d"]}, TypeError, "inv_freq must be an array of real"),
+        ({"inv_freq": np.ones(4), "rope_parameters": {}}, TypeError, "not both"),
         ({"inv_freq": np.ones(4, complex)}, TypeError, "inv_freq must be an array of real"),
         ({"inv_freq": [True] * 4}, TypeError, "inv_freq must be an array of real"),
         ({"inv_freq": np.ones(4), "seq_len": 3}, TypeError, "cannot be combined with inv_freq"),
     ],
 )
-def test_inv_freq_errors_found_by_review(kwargs, exc, text):
+def test_inv_freq_errors(kwargs, exc, text):
     with pytest.raises(exc) as info:
         cpe.rope_cos_sin(4, 8, **kwargs)
     assert text in str(info.value)
@@ -468,6 +446,14 @@ def test_extreme_but_representable_schemes():
         64, rope_parameters={"rope_type": "proportional", "partial_rotary_factor": 0.0}
     )
     np.testing.assert_array_equal(nothing, np.zeros(32))
+    # Complex positions too, without a warning from the default seq_len.
+    with pytest.raises(TypeError, match="n \\(the positions\\)"):
+        cpe.rope_cos_sin(
+            np.array([1 + 1j]),
+            64,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0},
+            max_position_embeddings=16,
+        )
     # Non-finite positions are refused as positions, not as a scheme's base.
     with pytest.raises(ValueError, match="n \\(the positions\\) must be finite"):
         cpe.rope_cos_sin(

@@ -52,7 +52,7 @@ def _fill_rope(
     sin: npt.NDArray[np.floating[Any]],
     start: int,
     base: float,
-    given: Callable[[], npt.NDArray[np.float64] | None] | None,
+    given: Callable[[], npt.NDArray[np.float64] | None],
     interleaved: bool,
     amplitude: float,
 ) -> None: ...
@@ -60,7 +60,7 @@ def _rope_positions(
     position: object,
     head_dim: int,
     base: object,
-    given: Callable[[], npt.NDArray[np.float64] | None] | None,
+    given: Callable[[], npt.NDArray[np.float64] | None],
     dtype: object,
     interleaved: bool,
     out: tuple[object, object] | None,

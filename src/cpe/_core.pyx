@@ -1073,12 +1073,14 @@ cpdef object table_start(start, Py_ssize_t rows):
 
 
 cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed):
-    """RoPE's encoding: the paper's frequencies of ``base`` (``given`` None), or
-    those that the function ``given`` returns (see given_encoding),
-    called only when ``needed``; None when not ``needed``."""
-    if given is None:
-        return _encoding(width, base, 1.0, None, None, None, needed)
-    return given_encoding(width, given()) if needed else None
+    """RoPE's encoding, None when not ``needed``: of the frequencies that the
+    function ``given`` returns (see given_encoding), called only when ``needed``,
+    or when it returns None, of the paper's frequencies of ``base``."""
+    if not needed:
+        return None
+    w = given()
+    return _encoding(width, base, 1.0, None, None, None, True) if w is None else (
+        given_encoding(width, w))
 
 
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,

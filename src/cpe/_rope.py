@@ -150,7 +150,7 @@ def rope_cos_sin(
         n,
         used.width,
         used.base,
-        _source(used),
+        used.frequencies,
         output_dtype,
         layout == "interleaved",
         out,
@@ -255,12 +255,6 @@ def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
     return Scheme(lambda: (w, np.zeros_like(w)), base, 1.0, head_dim)
 
 
-def _source(used: Scheme) -> Any:
-    """What the core takes for the frequencies: None for the paper's, or the
-    function that makes them (called only when a table needs them)."""
-    return None if used.make is None else used.frequencies
-
-
 def _length(n: Any, start: Any, counted: bool) -> float | None:
     """The request's sequence length, as transformers' dynamic update takes it: the
     largest position + 1 (None when there is none, or when the arguments are
@@ -268,8 +262,10 @@ def _length(n: Any, start: Any, counted: bool) -> float | None:
     try:
         if counted:
             return float(as_start(start) + operator.index(n))
-        positions = np.asarray(n, dtype=np.float64)
+        positions = np.asarray(n)
     except (TypeError, ValueError, OverflowError):
+        return None
+    if positions.dtype.kind not in "iuf":  # (complex, bool, objects: refused later)
         return None
     largest = float(positions.max()) if positions.size else math.nan
     return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
@@ -308,7 +304,7 @@ def _rope_table(
         cos = prepare_out(None, (rows, width), dtype, "n and head_dim")
         sin = prepare_out(None, (rows, width), dtype, "n and head_dim")
     _fill_rope(
-        cos, sin, first, b, _source(used), kernel_layout == "interleaved", used.attention_factor
+        cos, sin, first, b, used.frequencies, kernel_layout == "interleaved", used.attention_factor
     )
     return cos, sin
 

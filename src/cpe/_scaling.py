@@ -121,6 +121,13 @@ def _plus(x: DD, y: DD) -> DD:
     return _normalized(s, e + x[1] + y[1])
 
 
+def _interpolated(w: DD, factor: float, weight: Any, kept: Any) -> DD:
+    """``w / factor * weight + w * kept``: yarn's and llama3's blend of the
+    interpolated (``w / factor``) and the kept frequencies, with the weights per
+    frequency as each formula forms them."""
+    return _plus(_times(_over(w, factor), weight), _times(w, kept))
+
+
 # ---- reading rope_parameters ----
 
 _REQUIRED = object()
@@ -195,7 +202,7 @@ def _rope_type(parameters: Mapping[str, Any]) -> str:
             f"rope_parameters['rope_type'] must be one of {', '.join(map(repr, ROPE_TYPES))}, "
             f"got {rope_type!r}"
         )
-    return str(rope_type)
+    return rope_type
 
 
 def scheme(
@@ -324,7 +331,7 @@ def _dynamic(
         new_base = theta * ((factor * length / mpe) - (factor - 1)) ** (dim / (dim - 2))
     except OverflowError:
         new_base = math.inf
-    if not (isinstance(new_base, float) and math.isfinite(new_base) and new_base > 0):
+    if not math.isfinite(new_base):  # (the power's base is >= 1: new_base > 0)
         raise ValueError(
             f"rope_parameters of rope_type 'dynamic' give the base {new_base!r} "
             f"at seq_len {length!r}"
@@ -386,8 +393,7 @@ def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[B
 
     def blend(w: DD) -> DD:
         ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-        # ramp 1: interpolated (w / factor), ramp 0: extrapolated (w), blended between.
-        return _plus(_times(_over(w, factor), ramp), _times(w, 1.0 - ramp))
+        return _interpolated(w, factor, ramp, 1.0 - ramp)  # ramp 1: interpolated
 
     return blend, attention_factor
 
@@ -407,6 +413,7 @@ def _longrope(
     original = _original(read, mpe)
     key = "long_factor" if length is not None and length > original else "short_factor"
     factors = read.factors(key, dim // 2)
+    # The other list is checked too: a config's error does not wait for a longer input.
     read.factors("long_factor" if key == "short_factor" else "short_factor", dim // 2)
     if read.has("attention_factor"):
         attention_factor = read.real("attention_factor", at_least_zero=True)
@@ -446,7 +453,7 @@ def _llama3(read: _Parameters, mpe: int | None) -> Blend:
             0.0,
             np.where(wavelen < original / high_freq_factor, 1.0, smooth),
         )
-        return _plus(_times(_over(w, factor), 1.0 - smooth), _times(w, smooth))
+        return _interpolated(w, factor, 1.0 - smooth, smooth)
 
     return blend
 
