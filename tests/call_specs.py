@@ -752,6 +752,12 @@ def hostile_inv_freq(c: Chooser) -> Any:
     return one_of(c, lambda c: None, lambda c: pick(c, bad))
 
 
+def hostile_axes_dim(c: Chooser) -> Any:
+    # Never valid, whatever the other arguments (test_rope_multimodal checks good ones).
+    bad = ((), [3], [16.0, 16], "16", object(), [[2, 2]], [0, 2], [-2], 5, {"a": 2})
+    return one_of(c, lambda c: None, lambda c: pick(c, bad))
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -831,6 +837,7 @@ PARAMETERS: dict[str, Parameter] = {
     "seq_len": Parameter(valid_optional_length, _hostile_optional_length, ("seq_len",), _identity),
     # Given frequencies are drawn only wrong (test_rope_scaling checks good ones).
     "inv_freq": Parameter(lambda c: None, hostile_inv_freq, ("inv_freq",), None),
+    "axes_dim": Parameter(lambda c: None, hostile_axes_dim, ("axes_dim",), None),
 }
 # Arguments whose name is shared with another function but whose values are not.
 OVERRIDES: dict[str, dict[str, Parameter]] = {
@@ -927,7 +934,8 @@ def _sincos_2d_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_
         _coordinate_reach(a["grid_h"], a, "interpolation_scale"),
         _coordinate_reach(a["grid_w"], a, "interpolation_scale"),
     )
-    return reach * factor(a["D"] // 2, a.get("base", 10000.0))
+    shift = a.get("freq_shift")
+    return reach * factor(a["D"] // 2, a.get("base", 10000.0), 0.0 if shift is None else shift)
 
 
 def _sincos_3d_bound(a: Mapping[str, Any], factor: Callable[..., float] = angle_factor) -> float:
@@ -1036,6 +1044,19 @@ def _constrain_grid(*sides: str) -> Callable[[dict[str, Any], str, str | None], 
     return _no_constraint
 
 
+def _constrain_2d_grid(args: dict[str, Any], mode: str, hostile: str | None) -> None:
+    """A valid freq_shift s needs D // 4 - s > 0 (from D = 8 on): D grows to fit it."""
+    shift = args.get("freq_shift")
+    if mode == "arbitrary" or hostile in ("D", "freq_shift") or shift is None:
+        return
+    try:
+        needed = 4 * (math.floor(float(shift)) + 1)
+    except (TypeError, ValueError, OverflowError):
+        return
+    if "D" in args and _size(args["D"]) is not None and 8 <= _size(args["D"]) < needed:
+        args["D"] = needed
+
+
 def _no_constraint(args: dict[str, Any], mode: str, hostile: str | None) -> None:
     return None
 
@@ -1138,7 +1159,7 @@ SPECS: tuple[CallSpec, ...] = (
     CallSpec(
         "sincos_2d",
         ("grid_h", "grid_w", "D"),
-        ("base", "layout", "extra_tokens", "base_size", "interpolation_scale"),
+        ("base", "layout", "extra_tokens", "base_size", "interpolation_scale", "freq_shift"),
         shape=lambda a: (a.get("extra_tokens", 0) + a["grid_h"] * a["grid_w"], a["D"]),
         angle_bound=_sincos_2d_bound,
         # No axis is encoded when the grid has no tokens.
@@ -1147,7 +1168,7 @@ SPECS: tuple[CallSpec, ...] = (
         ),
         example=lambda rows, D: {"grid_h": rows, "grid_w": 1, "D": _multiple(D, 4)},
         width_multiple=4,
-        constrain=_constrain_grid("grid_h", "grid_w"),
+        constrain=_constrain_2d_grid,
     ),
     CallSpec(
         "sincos_3d",
@@ -1173,6 +1194,7 @@ SPECS: tuple[CallSpec, ...] = (
             "max_position_embeddings",
             "seq_len",
             "inv_freq",
+            "axes_dim",
         ),
         shape=_rope_shape,
         angle_bound=_rope_bound,

@@ -320,12 +320,15 @@ def sincos_2d(
     extra_tokens: int = 0,
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
+    freq_shift: float | None = None,
 ) -> npt.NDArray[np.float64]:
     """``extra_tokens`` rows of zeros, then the tokens of the grid, row ``h`` outer.
 
-    Each coordinate ``c`` gives ``[sin(c w) | cos(c w)]`` with ``w_j = base ** (-j / (D/4))``
-    (the paper's frequencies for a width ``D/2``); the layout orders the four blocks.
+    Each coordinate ``c`` gives ``[sin(c w) | cos(c w)]`` with ``w_j = base ** (-j /
+    (D/4 - freq_shift))`` (freq_shift 0: the paper's frequencies for a width ``D/2``);
+    the layout orders the four blocks.
     """
+    shift = 0.0 if freq_shift is None else float(freq_shift)
 
     def coordinates(size: int) -> npt.NDArray[np.float64]:
         c = np.arange(size, dtype=np.float64)
@@ -336,8 +339,8 @@ def sincos_2d(
     if grid_h * grid_w == 0:  # no grid tokens: only the extra rows
         return np.zeros((extra_tokens, D))
     half, quarter = D // 2, D // 4
-    enc_h = encoding(coordinates(grid_h), half, base=base, layout="sin_cos")
-    enc_w = encoding(coordinates(grid_w), half, base=base, layout="sin_cos")
+    enc_h = encoding(coordinates(grid_h), half, base=base, layout="sin_cos", freq_shift=shift)
+    enc_w = encoding(coordinates(grid_w), half, base=base, layout="sin_cos", freq_shift=shift)
     h = np.repeat(enc_h, grid_w, axis=0)  # token (i, j) -> row i of enc_h
     w = np.tile(enc_w, (grid_h, 1))  # token (i, j) -> row j of enc_w
     if layout == "mae":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import shlex
 import shutil
 import struct
 import subprocess
@@ -94,6 +96,16 @@ def test_table_to_files(tmp_path, suffix):
         (["table", "3", "4", "--base", "-2"], "base must be > 0"),
         (["table", "3", "8", "--freq-shift", "4"], "freq_shift=4.0 needs D // 2"),
         (["table", "3", "4", "--output", "pe.xlsx"], "--output must end in"),
+        (["grid", "2", "2", "6"], "D must be a multiple of 4"),
+        (["grid", "2", "2", "8", "--freq-shift", "2"], "D // 4 - freq_shift > 0"),
+        (["rope", "3", "7"], "head_dim must be even"),
+        (["rope", "3", "8", "--rope-parameters", "{bad"], "not a JSON object or @file.json"),
+        (["rope", "3", "8", "--rope-parameters", "[1]"], "not a JSON object"),
+        (["rope", "3", "8", "--rope-parameters", "@missing.json"], "not a JSON object"),
+        (["rope", "3", "8", "--rope-parameters", '{"rope_type": "ntk"}'], "'llama3'"),
+        (["rope", "3", "8", "--axes-dim", "4,x"], "not comma-separated integers"),
+        (["rope", "3", "8", "--axes-dim", "4,4"], "n must be an array of positions"),
+        (["rope", "missing.npy", "8"], "cannot read 'missing.npy'"),
         (["frobnicate"], "invalid choice"),
         (["bench", "--only", "nope"], "unknown kind"),
         (["bench", "--rounds", "0"], "--rounds must be >= 1"),
@@ -110,8 +122,60 @@ def test_bad_arguments_exit_2_with_one_line(args, text, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def _csv(text: str, dtype: type = np.float64) -> np.ndarray:
+    return np.array([[dtype(v) for v in line.split(",")] for line in text.strip().splitlines()])
+
+
+def test_grid_matches_the_library():
+    result = run("grid", "3", "2", "16", "--freq-shift", "1", "--extra-tokens", "1",
+                 "--format", "csv")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(
+        _csv(result.stdout), cpe.sincos_2d(3, 2, 16, freq_shift=1, extra_tokens=1)
+    )
+
+
+def test_rope_prints_cos_then_sin_as_the_library_computes_them():
+    yarn = '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}'
+    result = run("rope", "5", "8", "--start", "1000", "--rope-parameters", yarn,
+                 "--dtype", "float32", "--format", "csv")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    cos, sin = cpe.rope_cos_sin(
+        5, 8, start=1000, dtype=np.float32, rope_parameters=json.loads(yarn)
+    )
+    np.testing.assert_array_equal(_csv(result.stdout, np.float32), np.concatenate([cos, sin]))
+    text = run("rope", "0,2", "4", "--layout", "interleaved").stdout
+    assert text.startswith("cos =\n")
+    assert "\nsin =\n" in text
+
+
+def test_rope_position_ids_from_a_file(tmp_path):
+    ids = np.random.default_rng(0).integers(0, 100, (3, 2, 5))
+    np.save(tmp_path / "ids.npy", ids)
+    (tmp_path / "rope.json").write_text('{"mrope_section": [1, 1, 2]}')
+    result = subprocess.run(
+        [str(SCRIPT), "rope", "ids.npy", "8", "--rope-parameters", "@rope.json",
+         "--output", "cs.npz"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = np.load(tmp_path / "cs.npz")
+    cos, sin = cpe.rope_cos_sin(ids, 8, rope_parameters={"mrope_section": [1, 1, 2]})
+    np.testing.assert_array_equal(saved["cos"], cos)
+    np.testing.assert_array_equal(saved["sin"], sin)
+    flux = np.array([[0, 1, 2], [0, 3, 4]])
+    np.save(tmp_path / "flux.npy", flux)
+    result = subprocess.run(
+        [str(SCRIPT), "rope", "flux.npy", "8", "--axes-dim", "2,2,4", "--output", "both.npy"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    want = cpe.rope_cos_sin(flux, 8, axes_dim=(2, 2, 4))
+    np.testing.assert_array_equal(np.load(tmp_path / "both.npy"), np.stack(want))
+
+
 def test_help_and_version():
-    for command in ([], ["encode"], ["table"], ["plot"], ["bench"]):
+    for command in ([], ["encode"], ["table"], ["plot"], ["grid"], ["rope"], ["bench"]):
         result = run(*command, "--help")
         assert result.returncode == 0
         assert "usage: cpe" in result.stdout
@@ -159,7 +223,8 @@ def test_readme_command_lines_run(tmp_path):
     pytest.importorskip("matplotlib")
     section = README.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    commands = [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
+    # As a shell reads them (quoted JSON included); comments start at " #".
+    commands = [shlex.split(line.split(" #", 1)[0]) for line in block.splitlines() if line.strip()]
     assert commands
     assert all(command[0] == "cpe" for command in commands)
     ran = 0

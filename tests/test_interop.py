@@ -308,6 +308,95 @@ def test_transformers_deepseek_v3_yarn(torch):
     np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
 
 
+# ---- multimodal and axial RoPE ----
+
+
+def _thw_ids(torch, batch, seq, seed):
+    """Position ids (3, batch, seq) as Qwen-VL's get_rope_index gives them: text
+    positions on every axis, then a grid of image tokens."""
+    rng = np.random.default_rng(seed)
+    return torch.tensor(rng.integers(0, 250, (3, batch, seq)))
+
+
+@pytest.mark.parametrize("theta", [10000.0, 1000000.0])
+def test_transformers_qwen2_vl_multimodal_rotary_embedding(torch, theta):
+    qwen2_vl = require("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+
+    params = {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": theta}
+    config = Qwen2VLTextConfig(hidden_size=512, num_attention_heads=4, rope_parameters=params)
+    rotary = qwen2_vl.Qwen2VLRotaryEmbedding(config)
+    ids = _thw_ids(torch, 2, 9, seed=1)
+    theirs_cos, theirs_sin = rotary(torch.zeros(2, 9, 128), ids)
+    cos, sin = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=config.rope_parameters)
+    assert cos.shape == tuple(theirs_cos.shape) == (2, 9, 128)
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+
+
+def test_transformers_qwen3_vl_interleaved_multimodal_rotary_embedding(torch):
+    qwen3_vl = require("transformers.models.qwen3_vl.modeling_qwen3_vl")
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+
+    params = {
+        "rope_type": "default",
+        "mrope_section": [24, 20, 20],
+        "mrope_interleaved": True,
+        "rope_theta": 5000000.0,
+    }
+    config = Qwen3VLTextConfig(
+        hidden_size=512, num_attention_heads=4, head_dim=128, rope_parameters=params
+    )
+    rotary = qwen3_vl.Qwen3VLTextRotaryEmbedding(config)
+    ids = _thw_ids(torch, 2, 9, seed=2)
+    theirs_cos, theirs_sin = rotary(torch.zeros(2, 9, 128), ids)
+    cos, sin = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=config.rope_parameters)
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+    # The sections' layout gives other tables: the interleaving is read.
+    runs = {**params, "mrope_interleaved": False}
+    sections = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=runs)
+    assert np.abs(sections[1] - theirs_sin.numpy()).max() > 1e-2
+
+
+def test_diffusers_flux_pos_embed(torch):
+    flux = require("diffusers.models.transformers.transformer_flux")
+    embed = flux.FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])
+    # Flux's ids: (tokens, 3), text tokens at 0, image tokens at (0, row, column).
+    rows, columns = np.meshgrid(np.arange(12), np.arange(10), indexing="ij")
+    image = np.stack([np.zeros(120, int), rows.ravel(), columns.ravel()], axis=-1)
+    ids = np.concatenate([np.zeros((8, 3), int), image])
+    theirs_cos, theirs_sin = embed(torch.tensor(ids))
+    cos, sin = cpe.rope_cos_sin(
+        ids, 128, axes_dim=(16, 56, 56), layout="interleaved", dtype=np.float32
+    )
+    # diffusers computes in float64 and rounds to float32: a few float32 ulp.
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1.2e-7)
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1.2e-7)
+
+
+def vit_pytorch_simple_vit(torch):
+    """vit-pytorch's simple_vit.py, loaded alone (the package imports torchvision)."""
+    import importlib.util
+
+    require("einops")
+    spec = importlib.util.find_spec("vit_pytorch")
+    if spec is None or not spec.submodule_search_locations:
+        require("vit_pytorch")  # skips, or fails when interop is required
+    location = next(iter(spec.submodule_search_locations)) + "/simple_vit.py"
+    module_spec = importlib.util.spec_from_file_location("_vit_pytorch_simple_vit", location)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("h", "w", "dim"), [(4, 4, 32), (7, 3, 64), (14, 14, 384)])
+def test_vit_pytorch_posemb_sincos_2d(torch, h, w, dim):
+    simple_vit = vit_pytorch_simple_vit(torch)
+    theirs = simple_vit.posemb_sincos_2d(h, w, dim, dtype=torch.float64).numpy()
+    close_to_float32_code(cpe.sincos_2d(h, w, dim, freq_shift=1), theirs, max(h, w))
+
+
 def test_transformers_gptj_interleaved(torch):
     gptj = require("transformers.models.gptj.modeling_gptj")
     theirs = gptj.create_sinusoidal_positions(512, 64)

@@ -11,5 +11,7 @@ python3 -m venv "$venv"
 # timm needs torchvision, which cannot sit beside this torch; the test loads
 # only timm's sincos module, which needs torch alone.
 "$venv/bin/python" -m pip install -q --no-deps "timm==1.0.31"
+# vit-pytorch's package imports torchvision too: the test loads its simple_vit.py alone.
+"$venv/bin/python" -m pip install -q --no-deps "vit-pytorch==1.26.14" "einops==0.8.2"
 "$venv/bin/python" -m pip install -q ".[test]"
 CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py

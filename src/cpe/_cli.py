@@ -1,4 +1,5 @@
-"""The ``cpe`` command: print, save or plot encodings, and run the benchmark.
+"""The ``cpe`` command: print, save or plot encodings, grids and RoPE tables, and
+run the benchmark.
 
 Usage errors print one line and exit with status 2, never a traceback.
 """
@@ -6,6 +7,7 @@ Usage errors print one line and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import sys
@@ -41,14 +43,49 @@ def _positions(text: str) -> list[int | float] | int | float:
     return values if "," in text else values[0]
 
 
+def _rope_positions(text: str) -> Any:
+    """``"8"`` -> 8 rows, ``"0,5,9"`` or ``"2.5"`` -> positions, ``"ids.npy"`` -> the
+    array in that file (position ids of any shape)."""
+    if text.lower().endswith(".npy"):
+        try:
+            return np.load(text, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {text!r}: {exc}") from None
+    return _positions(text)
+
+
+def _mapping(text: str) -> dict[str, Any]:
+    """A JSON object, given inline or as ``@file.json``."""
+    try:
+        if text.startswith("@"):
+            text = pathlib.Path(text[1:]).read_text()
+        value = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"not a JSON object or @file.json: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+def _integers(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
+
+
+def _dtype_option(group: Any) -> None:
+    group.add_argument(
+        "--dtype", default="float64", choices=["float64", "float32", "float16"], help="output dtype"
+    )
+
+
 def _encoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("encoding")
     group.add_argument(
         "--base", type=float, default=10000.0, help="base of the frequencies (default 10000)"
     )
-    group.add_argument(
-        "--dtype", default="float64", choices=["float64", "float32", "float16"], help="output dtype"
-    )
+    _dtype_option(group)
     group.add_argument(
         "--layout", choices=["interleaved", "sin_cos", "cos_sin"], help="column layout"
     )
@@ -128,6 +165,67 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--start", type=int, default=0, help="first position (default 0)")
     _encoding_options(plot)
 
+    grid = commands.add_parser(
+        "grid",
+        help="2-D sincos encoding of an image grid (ViT patches)",
+        description="Print sincos_2d(H, W, D): one row per token, row-major.",
+    )
+    grid.add_argument("grid_h", metavar="H", type=int, help="number of rows of tokens")
+    grid.add_argument("grid_w", metavar="W", type=int, help="number of columns of tokens")
+    grid.add_argument("D", type=int, help="width of the encoding, a multiple of 4")
+    options = grid.add_argument_group("encoding")
+    options.add_argument("--base", type=float, default=10000.0, help="base of the frequencies")
+    options.add_argument(
+        "--layout", default="mae", choices=["mae", "timm", "timm_interleaved"], help="channels"
+    )
+    options.add_argument("--extra-tokens", type=int, default=0, help="leading rows of zeros")
+    options.add_argument("--base-size", type=float, help="diffusers' base_size")
+    options.add_argument(
+        "--interpolation-scale", type=float, default=1.0, help="divides the coordinates"
+    )
+    options.add_argument(
+        "--freq-shift", type=float, default=0.0, help="1 for vit-pytorch's frequencies"
+    )
+    _dtype_option(options)
+    _output_options(grid)
+
+    rope = commands.add_parser(
+        "rope",
+        help="RoPE cos and sin tables, scaled as a model's config says",
+        description="Print rope_cos_sin(N, HEAD_DIM): the cos table, then the sin table "
+        "(.npz: arrays cos and sin; .npy: both stacked; csv and .txt: the rows of cos, "
+        "then those of sin).",
+    )
+    rope.add_argument(
+        "n",
+        metavar="N",
+        type=_rope_positions,
+        help="number of positions, comma-separated positions, or a .npy file of position ids",
+    )
+    rope.add_argument("head_dim", metavar="HEAD_DIM", type=int, help="width of each table")
+    options = rope.add_argument_group("encoding")
+    options.add_argument("--start", type=int, default=0, help="first position (default 0)")
+    options.add_argument("--base", type=float, default=10000.0, help="theta (default 10000)")
+    options.add_argument("--layout", default="half", choices=["half", "interleaved"])
+    _dtype_option(options)
+    options.add_argument(
+        "--rope-parameters",
+        type=_mapping,
+        help='a config\'s rope_parameters as JSON, or @file.json: \'{"rope_type": "yarn", '
+        '"factor": 4.0, "original_max_position_embeddings": 4096}\'',
+    )
+    options.add_argument("--max-position-embeddings", type=int, help="the config's value")
+    options.add_argument("--seq-len", type=int, help="sequence length for dynamic/longrope")
+    options.add_argument(
+        "--inv-freq",
+        type=_rope_positions,
+        help="head_dim // 2 frequencies: comma-separated, or a .npy file",
+    )
+    options.add_argument(
+        "--axes-dim", type=_integers, help="axial RoPE: the width of each axis, e.g. 16,56,56"
+    )
+    _output_options(rope)
+
     # Listed here for `cpe --help`; main() hands `cpe bench ...` to the benchmark's
     # own parser, which has every option (`cpe bench --help`).
     commands.add_parser(
@@ -147,12 +245,23 @@ def _keywords(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _emit(array: npt.NDArray[Any], fmt: str, output: pathlib.Path | None) -> None:
+def _emit(
+    array: npt.NDArray[Any],
+    fmt: str,
+    output: pathlib.Path | None,
+    names: tuple[str, ...] = ("encoding",),
+) -> None:
+    """Print or save ``array``; with several ``names``, ``array`` stacks the arrays
+    of those names (RoPE's cos and sin)."""
     digits = {"float64": "%.17g", "float32": "%.9g", "float16": "%.5g"}[array.dtype.name]
     rows = array.reshape(1, -1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
     if output is None:
         if fmt == "csv":
             np.savetxt(sys.stdout, rows, delimiter=",", fmt=digits)
+        elif len(names) > 1:
+            for name, part in zip(names, array, strict=True):
+                print(f"{name} =")
+                print(np.array2string(part, threshold=sys.maxsize, max_line_width=100))
         else:
             print(np.array2string(array, threshold=sys.maxsize, max_line_width=100))
         return
@@ -160,7 +269,8 @@ def _emit(array: npt.NDArray[Any], fmt: str, output: pathlib.Path | None) -> Non
     if suffix == ".npy":
         np.save(output, array)
     elif suffix == ".npz":
-        np.savez(output, encoding=array)
+        parts = dict(zip(names, array, strict=True)) if len(names) > 1 else {names[0]: array}
+        np.savez(output, **parts)
     elif suffix == ".csv":
         np.savetxt(output, rows, delimiter=",", fmt=digits)
     elif suffix == ".txt":  # whitespace-separated rows: np.loadtxt reads them back
@@ -251,6 +361,35 @@ def _main(argv: Sequence[str] | None) -> int:
             _emit(table, args.format, args.output)
         elif args.command == "plot":
             return _plot(args)
+        elif args.command == "grid":
+            grid = cpe.sincos_2d(
+                args.grid_h,
+                args.grid_w,
+                args.D,
+                base=args.base,
+                layout=args.layout,
+                extra_tokens=args.extra_tokens,
+                base_size=args.base_size,
+                interpolation_scale=args.interpolation_scale,
+                freq_shift=args.freq_shift,
+                dtype=args.dtype,
+            )
+            _emit(grid, args.format, args.output)
+        elif args.command == "rope":
+            cos, sin = cpe.rope_cos_sin(
+                args.n,
+                args.head_dim,
+                base=args.base,
+                start=args.start,
+                layout=args.layout,
+                dtype=args.dtype,
+                rope_parameters=args.rope_parameters,
+                max_position_embeddings=args.max_position_embeddings,
+                seq_len=args.seq_len,
+                inv_freq=args.inv_freq,
+                axes_dim=args.axes_dim,
+            )
+            _emit(np.stack([cos, sin]), args.format, args.output, ("cos", "sin"))
     except BrokenPipeError:
         raise
     except (TypeError, ValueError, OverflowError, MemoryError, OSError) as exc:

@@ -43,8 +43,15 @@ def rope_outputs(
     out: tuple[object, object], shape: tuple[int, ...], dt: np.dtype[Any], sizes: str
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
 def axis_encoding(
-    size: int, step: float, width: int, base: float, dt: np.dtype[Any], names: str
+    size: int,
+    step: float,
+    width: int,
+    base: float,
+    dt: np.dtype[Any],
+    names: str,
+    freq_shift: float = 0.0,
 ) -> npt.NDArray[np.floating[Any]]: ...
+def as_positions(position: object, name: str) -> npt.NDArray[Any]: ...
 def given_encoding(width: int, w: npt.NDArray[np.float64]) -> object: ...
 def paper_frequencies(width: int, base: float) -> npt.NDArray[np.float64]: ...
 def _fill_rope(

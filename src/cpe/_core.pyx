@@ -271,7 +271,7 @@ cdef object _reject_masked(position, str name):
                         f"(use {name}.filled(...) or {name}.compressed())")
 
 
-cdef object _position_array(position, str name):
+cpdef object as_positions(position, str name):
     """Positions as an array of real numbers, neither scanned nor copied yet."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError(f"{name} must be a real number or an array of them, got bool")
@@ -839,11 +839,12 @@ cdef object _encode(result, dt, const double* positions, double start, Py_ssize_
 
 
 cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, double base, dt,
-                           str names):
-    """The ``layout="sin_cos"`` encodings (width ``width``) of the coordinates
-    ``i * step``, ``i < size``: the axes of the grids. ``names`` are the arguments
+                           str names, double freq_shift=0.0):
+    """The ``layout="sin_cos"`` encodings (width ``width``, even) of the coordinates
+    ``i * step``, ``i < size``, with the half-width frequencies of ``freq_shift``
+    (checked by the caller): the axes of the grids. ``names`` are the arguments
     that set the coordinates, for the errors."""
-    cdef _Encoding enc = _encoding(width, base, 1.0, None, "sin_cos", None, size != 0)
+    cdef _Encoding enc = _encoding(width, base, 1.0, None, "sin_cos", freq_shift, size != 0)
     result = prepare_out(None, (size, width), dt, names)
     name = f"{names} (the grid coordinates)"
     if step == 1.0:  # integer coordinates: the rows of a table
@@ -881,7 +882,7 @@ cdef bint _scalar_position(position, double* p) except -1:
     """A Python or NumPy int (an int subclass too, not a bool) or float scalar as
     the double ``p`` (True, its value unchanged: float32 and float16 are exact
     doubles), integers beyond 2**53 refused; False for anything else,
-    which _position_array reads or refuses. NaN and infinity are the kernel's
+    which as_positions reads or refuses. NaN and infinity are the kernel's
     error, as in an array."""
     cdef int overflow = 0
     cdef long long whole
@@ -917,7 +918,7 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         result = prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
         return _encode(result, dt, &p, 0.0, 1, enc, "position")
-    arr = _position_array(position, "position")
+    arr = as_positions(position, "position")
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
     enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
     pos = _positions_float64(arr, "position")
@@ -1152,7 +1153,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
     """
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
-    arr = _position_array(position, "n (the positions)")
+    arr = as_positions(position, "n (the positions)")
     shape = arr.shape + (head_dim,)
     sizes = "n (the positions) and head_dim"
     if out is not None:

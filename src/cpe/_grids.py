@@ -44,14 +44,15 @@ def _axes(
     base: float,
     dtype: np.dtype[Any],
     names: str,
+    freq_shift: float = 0.0,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The encodings of both axes; computed once when the axes share their coordinates."""
     if steps[0] == steps[1]:
-        both = axis_encoding(max(rows, columns), steps[0], width, base, dtype, names)
+        both = axis_encoding(max(rows, columns), steps[0], width, base, dtype, names, freq_shift)
         return both[:rows], both[:columns]
     return (
-        axis_encoding(rows, steps[0], width, base, dtype, names),
-        axis_encoding(columns, steps[1], width, base, dtype, names),
+        axis_encoding(rows, steps[0], width, base, dtype, names, freq_shift),
+        axis_encoding(columns, steps[1], width, base, dtype, names, freq_shift),
     )
 
 
@@ -65,16 +66,19 @@ def sincos_2d(
     extra_tokens: int = 0,
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
+    freq_shift: float | None = 0.0,
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
 ) -> npt.NDArray[np.floating[Any]]:
     """Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
 
     Tokens are in row-major order (row ``h`` outer, column ``w`` inner). With
-    ``q = D // 4`` and ``w_j = base ** (-j / q)`` for ``j < q``, each coordinate
-    ``c`` contributes ``sin(c w_j)`` and ``cos(c w_j)``, arranged by ``layout``:
+    ``q = D // 4`` and ``w_j = base ** (-j / (q - freq_shift))`` for ``j < q``,
+    each coordinate ``c`` contributes ``sin(c w_j)`` and ``cos(c w_j)``,
+    arranged by ``layout``:
 
-    * ``"mae"`` (MAE ``get_2d_sincos_pos_embed``, diffusers):
+    * ``"mae"`` (MAE ``get_2d_sincos_pos_embed``, diffusers, and with
+      ``freq_shift=1`` vit-pytorch's ``posemb_sincos_2d``):
       ``[sin(w) | cos(w) | sin(h) | cos(h)]``;
     * ``"timm"`` (timm ``build_sincos2d_pos_embed``):
       ``[sin(h) | sin(w) | cos(h) | cos(w)]``;
@@ -98,6 +102,11 @@ def sincos_2d(
         become ``i * base_size / n``. ``None`` keeps ``i``.
     interpolation_scale : float, optional
         diffusers' ``interpolation_scale``: coordinates are divided by it.
+    freq_shift : float, optional
+        Shifts the frequencies' denominator as in the 1-D functions' half-width
+        frequencies: 0 (MAE, timm, diffusers; ``None`` is 0 too) or 1
+        (vit-pytorch). ``q - freq_shift`` must be positive when ``q >= 2``; for
+        ``D = 4`` the one frequency is 1.
     dtype : {float64, float32, float16}, optional
         Output dtype; values are rounded once from float64.
     out : numpy.ndarray, optional
@@ -118,6 +127,9 @@ def sincos_2d(
     [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
     >>> bool((pe[4, 4:] == cpe.positional_encoding(1, 4, layout="sin_cos")).all())  # h=1
     True
+    >>> vit = cpe.sincos_2d(2, 3, 16, freq_shift=1)    # w_j = base ** (-j / 3)
+    >>> bool((vit[4, 8:] == cpe.positional_encoding(1, 8, layout="sin_cos", freq_shift=1)).all())
+    True
     """
     rows = as_count(grid_h, "grid_h", 0)
     columns = as_count(grid_w, "grid_w", 0)
@@ -132,6 +144,11 @@ def sincos_2d(
     b = as_base(base)
     scale = _positive_real(interpolation_scale, "interpolation_scale")
     size = None if base_size is None else _positive_real(base_size, "base_size")
+    shift = 0.0 if freq_shift is None else float(as_real(freq_shift, "freq_shift"))
+    if width // 4 >= 2 and not width // 4 - shift > 0:
+        raise ValueError(
+            f"freq_shift={shift!r} needs D // 4 - freq_shift > 0 for a 2-D encoding, got D={width}"
+        )
     dt = as_dtype(dtype)
     result = prepare_out(
         out, (extra + rows * columns, width), dt, "grid_h, grid_w, extra_tokens and D"
@@ -147,7 +164,7 @@ def sincos_2d(
         view[:extra] = 0
         return result
     enc_h, enc_w = _axes(
-        rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}"
+        rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}", shift
     )
     view[:extra] = 0
     _fill_grid(view[extra:], enc_h, enc_w, layout)

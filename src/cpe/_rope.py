@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -18,6 +19,7 @@ from cpe._core import (
     as_base,
     as_count,
     as_dtype,
+    as_positions,
     as_start,
     prepare_out,
     rope_outputs,
@@ -41,6 +43,7 @@ def rope_cos_sin(
     max_position_embeddings: int | None = None,
     seq_len: int | None = None,
     inv_freq: npt.ArrayLike | None = None,
+    axes_dim: Sequence[int] | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
@@ -80,13 +83,36 @@ def rope_cos_sin(
         arrays saves the page faults of new ones (for large tables, most of
         the time of a call; float16 tables are still computed in a new float64
         array). Both are left untouched if any argument is rejected.
+    rope_parameters : mapping, optional
+        A model config's ``rope_parameters`` (or older ``rope_scaling``): the
+        scaled frequencies and attention factor of :func:`rope_frequencies`,
+        whose tables have ``rotary_dim`` columns and are multiplied by the
+        attention factor. With ``mrope_section`` (multimodal RoPE, Qwen2-VL and
+        later), positions ``n`` have a leading axis of 3 (temporal, height,
+        width): frequency ``j`` takes the positions of its section's axis (in
+        three runs, or with ``mrope_interleaved`` as Qwen3-VL interleaves
+        them), and the tables have the shape ``n.shape[1:] + (rotary_dim,)``.
+        An integer ``n`` (text: one position on every axis) gives the plain table.
+    max_position_embeddings, seq_len : int, optional
+        As for :func:`rope_frequencies`; ``seq_len`` defaults to the largest
+        position + 1 (``start + n`` for a table), as transformers' dynamic
+        update takes it.
+    inv_freq : array_like, optional
+        ``head_dim // 2`` frequencies to use instead, taken as exact.
+    axes_dim : sequence of int, optional
+        Axial RoPE (diffusers' ``FluxPosEmbed(theta, axes_dim)``, with
+        ``layout="interleaved"``): positions ``n`` of shape ``(..., len(axes_dim))``,
+        axis ``i`` encoded with the frequencies of width ``axes_dim[i]`` (each
+        even), the tables of the axes side by side; ``head_dim`` must be their
+        sum. Combines with ``base`` only.
 
     Returns
     -------
     cos, sin : numpy.ndarray
-        Each of shape ``(n, head_dim)``, or ``positions.shape + (head_dim,)``:
-        the arrays of ``out``, or the two halves of one new allocation (either
-        keeps the memory of both).
+        Each of shape ``(n, rotary_dim)``, or ``positions.shape + (rotary_dim,)``
+        (``rotary_dim`` is ``head_dim`` unless ``partial_rotary_factor`` says
+        otherwise): the arrays of ``out``, or the two halves of one new
+        allocation (either keeps the memory of both).
 
     Examples
     --------
@@ -110,6 +136,15 @@ def rope_cos_sin(
     >>> cos, sin = cpe.rope_cos_sin(8, 64, rope_parameters=yarn)
     >>> round(float(cos[0, 0]), 6)                       # the attention factor
     1.138629
+    >>> qwen2_vl = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+    >>> thw = np.array([[[0, 1, 2]], [[0, 4, 4]], [[0, 5, 6]]])   # (3, batch, seq)
+    >>> cos, sin = cpe.rope_cos_sin(thw, 16, rope_parameters=qwen2_vl)
+    >>> cos.shape
+    (1, 3, 16)
+    >>> cos, sin = cpe.rope_cos_sin(np.array([[0, 2, 3]]), 16, axes_dim=(4, 6, 6),
+    ...                             layout="interleaved")   # Flux: (tokens, axes)
+    >>> bool(np.array_equal(sin[:, 4:10], cpe.rope_cos_sin([2], 6, layout="interleaved")[1]))
+    True
     """
     width = _head_dim(head_dim)
     if not is_one_of(layout, ROPE_LAYOUTS):
@@ -124,6 +159,19 @@ def rope_cos_sin(
     # The RoPE kernel writes both tables at once, from consecutive positions or
     # from any; float16 tables take float64 rows rounded once.
     counted = _is_count(n)
+    if axes_dim is not None:
+        if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
+                and seq_len is None):  # fmt: skip
+            raise TypeError("axes_dim gives each axis the frequencies of base: it cannot be "
+                            "combined with rope_parameters, inv_freq, max_position_embeddings "
+                            "or seq_len")  # fmt: skip
+        if counted:
+            raise TypeError(
+                "n must be an array of positions of shape (..., len(axes_dim)) with axes_dim, "
+                "got an integer"
+            )
+        _check_no_offset(start)
+        return _axial(n, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out)
     if inv_freq is not None:
         if rope_parameters is not None:
             raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
@@ -146,6 +194,8 @@ def rope_cos_sin(
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
         return _rope_table(n, used, start, output_dtype, kernel_layout, out)
     _check_no_offset(start)
+    if used.axes is not None:
+        return _multimodal(n, used, used.axes, output_dtype, layout == "interleaved", out)
     return _rope_positions(
         n,
         used.width,
@@ -228,6 +278,123 @@ def rope_frequencies(
     """
     used = scheme(_head_dim(head_dim), base, rope_parameters, max_position_embeddings, seq_len)
     return used.inv_freq(), used.attention_factor
+
+
+# ---- positions of several axes: tables of parts of the frequencies, side by side ----
+
+# (the positions of one axis, the width of its table, its frequencies (None: the
+# paper's of base), the output columns of its table's columns)
+Part = tuple[npt.NDArray[Any], int, Callable[[], Any] | None, npt.NDArray[np.intp]]
+
+
+def _multimodal(
+    n: Any,
+    used: Scheme,
+    axes: tuple[int, ...],
+    dtype: Any,
+    interleaved: bool,
+    out: tuple[Any, Any] | None,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Multimodal RoPE: frequency ``j`` at the position ``n[axes[j]]``."""
+    positions = as_positions(n, "n (the positions)")
+    if positions.ndim == 0 or positions.shape[0] != 3:
+        raise ValueError(
+            "n (the positions) must have a leading axis of 3 (temporal, height, width) "
+            f"with rope_parameters['mrope_section'], got shape {positions.shape}"
+        )
+    half = used.width // 2
+    frequencies = functools.cache(used.double_doubles)  # made once, when a table needs them
+    parts: list[Part] = []
+    for axis in range(3):
+        which = np.flatnonzero(np.array(axes) == axis)
+        if which.size:
+            # The axis' table has the columns of its frequencies, in either layout.
+            columns = (
+                np.stack([2 * which, 2 * which + 1], axis=-1).ravel()
+                if interleaved
+                else np.concatenate([which, half + which])
+            )
+
+            def given(which: npt.NDArray[np.intp] = which) -> npt.NDArray[np.float64]:
+                return frequencies()[:, which]
+
+            parts.append((positions[axis], 2 * which.size, given, columns))
+    return _side_by_side(parts, (*positions.shape[1:], used.width), used, dtype, interleaved, out)
+
+
+def _axial(
+    n: Any,
+    head_dim: int,
+    widths: list[int],
+    base: Any,
+    dtype: Any,
+    layout: str,
+    out: tuple[Any, Any] | None,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Axial RoPE: axis ``i`` of the positions with frequencies of width ``widths[i]``."""
+    positions = as_positions(n, "n (the positions)")
+    if positions.ndim == 0 or positions.shape[-1] != len(widths):
+        raise ValueError(
+            f"n (the positions) must have a last axis of len(axes_dim) = {len(widths)}, "
+            f"got shape {positions.shape}"
+        )
+    offsets = np.cumsum([0, *widths])
+    parts: list[Part] = [
+        (positions[..., i], width, None, np.arange(offsets[i], offsets[i + 1]))
+        for i, width in enumerate(widths)
+    ]
+    used = Scheme(None, base, 1.0, head_dim)
+    return _side_by_side(
+        parts, (*positions.shape[:-1], head_dim), used, dtype, layout == "interleaved", out
+    )
+
+
+def _side_by_side(
+    parts: list[Part],
+    shape: tuple[int, ...],
+    used: Scheme,
+    dtype: Any,
+    interleaved: bool,
+    out: tuple[Any, Any] | None,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """The tables of ``shape`` whose columns are those of the parts' tables, each
+    the 1-D table of its axis (so every value is the one the 1-D call gives).
+    Every part is computed before ``out`` is written."""
+    sizes = "n (the positions) and head_dim"
+    if out is not None:
+        cos, sin = rope_outputs(out, shape, dtype, sizes)
+    tables = [
+        _rope_positions(
+            axis, width, used.base, given or (lambda: None), dtype, interleaved, None,
+            used.attention_factor,
+        )
+        for axis, width, given, _ in parts
+    ]  # fmt: skip
+    if out is None:
+        both = prepare_out(None, (2, math.prod(shape)), dtype, sizes)
+        cos, sin = both[0].reshape(shape), both[1].reshape(shape)
+    for (*_, columns), (part_cos, part_sin) in zip(parts, tables, strict=True):
+        np.asarray(cos)[..., columns] = part_cos
+        np.asarray(sin)[..., columns] = part_sin
+    return cos, sin
+
+
+def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
+    try:
+        flat = not isinstance(axes_dim, (str, bytes, Mapping)) and np.ndim(axes_dim) == 1
+    except ValueError:  # ragged
+        flat = False
+    if not flat:
+        raise TypeError("axes_dim must be a sequence of integers (the width of each axis)")
+    widths = [as_count(width, f"axes_dim[{i}]", 2) for i, width in enumerate(axes_dim)]
+    if not widths:
+        raise ValueError("axes_dim must give at least one axis")
+    odd = [width for width in widths if width % 2]
+    if odd:
+        raise ValueError(f"axes_dim must hold even widths, got {widths}")
+    if sum(widths) != head_dim:
+        raise ValueError(f"head_dim must be the sum of axes_dim, {sum(widths)}, got {head_dim}")
+    return widths
 
 
 def _head_dim(head_dim: Any) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,9 @@ class Scheme:
     base: Any
     attention_factor: float
     width: int
+    # Multimodal RoPE: the position axis (0 temporal, 1 height, 2 width) of each
+    # frequency; None for one axis.
+    axes: tuple[int, ...] | None = None
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
         """(2, width // 2) double-doubles, hi and lo rows; None for the paper's."""
@@ -64,12 +67,14 @@ class Scheme:
             raise ValueError("rope_parameters give frequencies beyond the range of a double")
         return frequencies
 
+    def double_doubles(self) -> npt.NDArray[np.float64]:
+        """(2, width // 2) double-doubles, the paper's included."""
+        w = self.frequencies()
+        return paper_frequencies(self.width, as_base(self.base)) if w is None else w
+
     def inv_freq(self) -> npt.NDArray[np.float64]:
         """The frequencies rounded to float64 (a new array)."""
-        w = self.frequencies()
-        if w is None:
-            w = paper_frequencies(self.width, as_base(self.base))
-        return np.array(w[0], dtype=np.float64)
+        return np.array(self.double_doubles()[0], dtype=np.float64)
 
 
 # ---- double-double arithmetic on arrays (Dekker; error-free sums and products) ----
@@ -214,9 +219,66 @@ def scheme(
     default_seq_len: Callable[[], float | None] = lambda: None,
 ) -> Scheme:
     """The frequencies and attention factor of ``rope_parameters`` (checked here),
-    for ``head_dim`` (even, >= 2, checked by the caller) and ``base``.
-    Without ``seq_len``, the schemes that read it call ``default_seq_len``: the
-    length of the request (None: none)."""
+    for ``head_dim`` (even, >= 2, checked by the caller) and ``base``, and the
+    axes of multimodal RoPE's frequencies. Without ``seq_len``, the schemes that
+    read it call ``default_seq_len``: the length of the request (None: none)."""
+    used = _frequencies(
+        head_dim, base, rope_parameters, max_position_embeddings, seq_len, default_seq_len
+    )
+    if rope_parameters is None or rope_parameters.get("mrope_section") is None:
+        if rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
+            raise ValueError(
+                "rope_parameters['mrope_interleaved'] needs rope_parameters['mrope_section']"
+            )
+        return used
+    read = _Parameters(rope_parameters, _rope_type(rope_parameters))
+    return replace(used, axes=_axes(read, used.width // 2))
+
+
+def _axes(read: _Parameters, half: int) -> tuple[int, ...]:
+    """The axis of each of the ``half`` frequencies: transformers' ``mrope_section``
+    of three consecutive runs (Qwen2-VL), or with ``mrope_interleaved`` (Qwen3-VL)
+    height on every third frequency from 1, width from 2, time on the rest."""
+    value = read.parameters["mrope_section"]
+    name = read.name("mrope_section")
+    try:
+        flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
+    except ValueError:  # ragged
+        flat = False
+    if not flat or len(value) != 3:
+        raise TypeError(f"{name} must be a sequence of three integers (temporal, height, width)")
+    sections = [as_count(v, f"{name}[{i}]", 0) for i, v in enumerate(value)]
+    if sum(sections) != half:
+        raise ValueError(
+            f"{name} must sum to rotary_dim / 2 = {half}, got {sections} (sum {sum(sections)})"
+        )
+    interleaved = read.parameters.get("mrope_interleaved")
+    if interleaved is not None and not isinstance(interleaved, (bool, np.bool_)):
+        raise TypeError(
+            f"{read.name('mrope_interleaved')} must be a bool, got {type(interleaved).__name__}"
+        )
+    if not interleaved:
+        return tuple(axis for axis, count in enumerate(sections) for _ in range(count))
+    axes = [0] * half
+    for axis in (1, 2):  # as transformers' slice(axis, 3 * section, 3)
+        for j in range(axis, min(3 * sections[axis], half), 3):
+            axes[j] = axis
+    if [axes.count(axis) for axis in range(3)] != sections:
+        raise ValueError(
+            f"{name} = {sections} cannot be interleaved over rotary_dim / 2 = {half} "
+            "frequencies (height takes every third from 1, width every third from 2)"
+        )
+    return tuple(axes)
+
+
+def _frequencies(
+    head_dim: int,
+    base: Any,
+    rope_parameters: Mapping[str, Any] | None,
+    max_position_embeddings: Any,
+    seq_len: Any,
+    default_seq_len: Callable[[], float | None],
+) -> Scheme:
     if rope_parameters is None:
         rope_parameters = {}
     if not isinstance(rope_parameters, Mapping):
