@@ -14,6 +14,7 @@ from __future__ import annotations
 from cpe.benchmark.cases import (
     CPE,
     CPE_OUT,
+    CPE_SCALED,
     CPE_TABLE_SAME_VALUES,
     FLOOR_EMPTY,
     FLOOR_NEW,
@@ -110,7 +111,8 @@ def _grid_targets(result: GroupResult) -> list[TargetCheck]:
 
 def _rope_targets(result: GroupResult) -> list[TargetCheck]:
     # ... and RoPE tables the float32 tables' standard.
-    checks = [_faster(result, NUMPY_F64_TO_F32, 20)]
+    # A scaled table (yarn) costs no more than 1.1x the unscaled one.
+    checks = [_faster(result, NUMPY_F64_TO_F32, 20), _within(result, CPE_SCALED, CPE, 1.1)]
     if result.group.params["mebibytes"] >= LARGE_TABLE_MIB:
         checks.append(_within(result, CPE, FLOOR_NEW, 1.5))
     return checks

@@ -462,3 +462,42 @@ def test_extreme_but_representable_schemes():
             rope_parameters={"rope_type": "dynamic", "factor": 2.0},
             max_position_embeddings=16,
         )
+
+
+def test_frequencies_follow_the_parameters_whatever_was_computed_before():
+    # Scaled frequencies are kept between calls: a changed config (the same dict,
+    # mutated) must still give its own values, and a caller's copy stays its own.
+    params = dict(SCHEMES["llama3"][0])
+    first = cpe.rope_cos_sin(100, 64, start=5000, rope_parameters=params)
+    params["factor"] = 4.0
+    second = cpe.rope_cos_sin(100, 64, start=5000, rope_parameters=params)
+    fresh = cpe.rope_cos_sin(100, 64, start=5000, rope_parameters=dict(params))
+    assert not np.array_equal(first[1], second[1])
+    np.testing.assert_array_equal(second[1], fresh[1])
+    longrope, mpe, _ = SCHEMES["longrope long"]
+    factors = list(LONG)
+    kwargs = {"max_position_embeddings": mpe, "seq_len": 10**5}
+    before = cpe.rope_frequencies(
+        64, rope_parameters={**longrope, "long_factor": factors}, **kwargs
+    )
+    factors[5] = 100.0
+    after = cpe.rope_frequencies(64, rope_parameters={**longrope, "long_factor": factors}, **kwargs)
+    assert after[0][5] != before[0][5]
+    np.testing.assert_array_equal(after[0][6:], before[0][6:])
+    after[0][:] = 0.0  # the caller's array, not the kept one
+    again = cpe.rope_frequencies(64, rope_parameters={**longrope, "long_factor": factors}, **kwargs)
+    assert again[0][0] != 0.0
+    # The request's length is part of what dynamic's frequencies are made from.
+    dynamic, mpe, _ = SCHEMES["dynamic long"]
+    kwargs = {"rope_parameters": dynamic, "max_position_embeddings": mpe}
+    short = cpe.rope_cos_sin(10, 64, start=0, **kwargs)  # length 10: the config's base
+    long = cpe.rope_cos_sin(10, 64, start=9000, **kwargs)  # length 9010: a larger base
+    np.testing.assert_array_equal(
+        long[1], cpe.rope_cos_sin(10, 64, start=9000, seq_len=9010, **kwargs)[1]
+    )
+    np.testing.assert_array_equal(
+        short[1], cpe.rope_cos_sin(10, 64, start=0, seq_len=10, **kwargs)[1]
+    )
+    assert not np.array_equal(
+        long[1], cpe.rope_cos_sin(10, 64, start=9000, seq_len=10, **kwargs)[1]
+    )

@@ -791,11 +791,11 @@ cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_ap
 
 
 cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
-               _Encoding enc, int layout, str name) except -1:
+               _Encoding enc, int layout, str name, double amplitude=1.0) except -1:
     """The fill loop (cpe_fill.h) into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
-    ``sin_data`` for the RoPE layouts. ``name``: the argument the positions come
-    from, for the errors."""
+    ``sin_data`` for the RoPE layouts, its values times ``amplitude``. ``name``: the
+    argument the positions come from, for the errors."""
     if n == 0 or enc.width == 0:
         return 0
     cdef char* data = _address(target)
@@ -804,22 +804,24 @@ cdef int _fill(target, char* sin_data, const double* positions, double start, Py
     cdef cpe_levels* levels = NULL if kept is None else &kept.c
     cdef int status
     if n * enc.width < _NOGIL_VALUES:
-        status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout, levels)
+        status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
+                              amplitude, levels)
     else:
         with nogil:
             status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
-                                  levels)
+                                  amplitude, levels)
     return _raise_for(status, name)
 
 
 cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const double* positions,
                              double start, Py_ssize_t n, _Encoding enc, int layout,
-                             cpe_levels* levels) noexcept nogil:
+                             double amplitude, cpe_levels* levels) noexcept nogil:
     if single:
         return _FILL.fill_f32(<float*>data, <float*>sin_data, positions, start, n, enc.width,
-                              enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, levels)
+                              enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, amplitude,
+                              levels)
     return _FILL.fill_f64(<double*>data, <double*>sin_data, positions, start, n, enc.width,
-                          enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, levels)
+                          enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, amplitude, levels)
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
@@ -1103,24 +1105,18 @@ cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positio
                          double start, Py_ssize_t n, _Encoding enc, bint interleaved,
                          double amplitude, str name):
     """Fill RoPE's checked ``cos`` and ``sin`` (see _fill) with their values times
-    ``amplitude``. float16, as in _encode, and float32 with an amplitude other than
-    1 are computed in float64 (both tables in one array) and rounded once on the
-    way out, so that nothing is written before every check and allocation has
-    succeeded."""
+    ``amplitude``. float16, as in _encode, is computed in float64 (both tables in
+    one array) and rounded once on the way out, so that nothing is written before
+    every check and allocation has succeeded."""
     if n == 0:
         return None
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
-    cdef int typenum = cnp.PyArray_TYPE(cos)
-    if typenum == cnp.NPY_FLOAT64 or (typenum == cnp.NPY_FLOAT32 and amplitude == 1.0):
-        _fill(cos, _address(sin), positions, start, n, enc, layout, name)
-        if amplitude != 1.0:
-            np.multiply(cos, amplitude, out=cos)
-            np.multiply(sin, amplitude, out=sin)
+    if cnp.PyArray_TYPE(cos) != cnp.NPY_FLOAT16:
+        _fill(cos, _address(sin), positions, start, n, enc, layout, name, amplitude)
         return None
     cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
-    _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name)
-    if amplitude != 1.0:
-        np.multiply(target, amplitude, out=target)
+    _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name,
+          amplitude)
     np.asarray(cos)[...] = target[0].reshape(_dims(cos))  # a subclass's indexing aside
     np.asarray(sin)[...] = target[1].reshape(_dims(sin))
     return None

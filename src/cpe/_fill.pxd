@@ -9,10 +9,10 @@ cdef extern from "cpe_fill.h":
         int n_levels
     ctypedef int (*cpe_fill_f64_t)(double*, double*, const double*, double, Py_ssize_t,
                                    Py_ssize_t, const double*, const double*, Py_ssize_t, double,
-                                   int, cpe_levels*) noexcept nogil
+                                   int, double, cpe_levels*) noexcept nogil
     ctypedef int (*cpe_fill_f32_t)(float*, float*, const double*, double, Py_ssize_t,
                                    Py_ssize_t, const double*, const double*, Py_ssize_t, double,
-                                   int, cpe_levels*) noexcept nogil
+                                   int, double, cpe_levels*) noexcept nogil
     ctypedef struct cpe_fill_api:
         cpe_fill_f64_t fill_f64
         cpe_fill_f32_t fill_f32

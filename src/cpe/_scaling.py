@@ -35,6 +35,12 @@ _ALIASES = {"mrope": "default"}
 
 DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
+# The frequencies of the schemes last used, by Scheme.key: the same inputs give the
+# same frequencies, so a table does not pay for their double-double arithmetic
+# again on every call.
+_MADE: dict[Any, npt.NDArray[np.float64]] = {}
+_MADE_AT_MOST = 64
+
 
 Blend = Callable[["DD"], "DD"]
 Make = Callable[[], "DD"]
@@ -56,15 +62,27 @@ class Scheme:
     # Multimodal RoPE: the position axis (0 temporal, 1 height, 2 width) of each
     # frequency; None for one axis.
     axes: tuple[int, ...] | None = None
+    # What the frequencies are made from (hashable), under which they are kept in
+    # _MADE; None: made on every call.
+    key: Any = None
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
-        """(2, width // 2) double-doubles, hi and lo rows; None for the paper's."""
+        """(2, width // 2) double-doubles, hi and lo rows (read-only); None for the
+        paper's."""
         if self.make is None:
             return None
+        kept = _MADE.get(self.key) if self.key is not None else None
+        if kept is not None:
+            return kept
         with np.errstate(all="ignore"):  # a frequency beyond the range is refused below
             frequencies = np.stack(self.make())
         if not np.all(np.isfinite(frequencies)):
             raise ValueError("rope_parameters give frequencies beyond the range of a double")
+        frequencies.flags.writeable = False
+        if self.key is not None:
+            if len(_MADE) >= _MADE_AT_MOST:  # a few schemes are in use at a time
+                _MADE.clear()
+            _MADE[self.key] = frequencies
         return frequencies
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
@@ -222,9 +240,22 @@ def scheme(
     for ``head_dim`` (even, >= 2, checked by the caller) and ``base``, and the
     axes of multimodal RoPE's frequencies. Without ``seq_len``, the schemes that
     read it call ``default_seq_len``: the length of the request (None: none)."""
+    asked: list[float | None] = []  # the request's length, if the scheme reads it
+
+    def request_length() -> float | None:
+        asked.append(default_seq_len())
+        return asked[-1]
+
     used = _frequencies(
-        head_dim, base, rope_parameters, max_position_embeddings, seq_len, default_seq_len
+        head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length
     )
+    if used.make is not None:
+        try:
+            inputs = (head_dim, base, rope_parameters, max_position_embeddings, seq_len, asked)
+            key = _frozen(inputs)
+        except TypeError:  # (an unhashable value): made on every call
+            key = None
+        used = replace(used, key=key)
     if rope_parameters is None or rope_parameters.get("mrope_section") is None:
         if rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
             raise ValueError(
@@ -233,6 +264,23 @@ def scheme(
         return used
     read = _Parameters(rope_parameters, _rope_type(rope_parameters))
     return replace(used, axes=_axes(read, used.width // 2))
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable image of ``value``, with its types (so that inputs that compare
+    equal but are read apart, such as 1 and True, stay apart); a TypeError if it
+    has none."""
+    kind = type(value)
+    if kind is float or kind is int or kind is str or kind is bool or value is None:
+        return (kind, value)  # (the usual values, at once)
+    if kind is list or kind is tuple:
+        return ("sequence", tuple(map(_frozen, value)))
+    if isinstance(value, Mapping):
+        return ("mapping", tuple(sorted((str(k), _frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return ("sequence", tuple(_frozen(v) for v in value))
+    hash(value)
+    return (kind, value)
 
 
 def _axes(read: _Parameters, half: int) -> tuple[int, ...]:

@@ -46,16 +46,19 @@ static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *sh
 
 /* out[i] (and sin_out[i] for the RoPE layouts) encodes positions[i], or start + i
  * when positions is NULL. w_max: the largest |w_hi[j]| (NaN if one is NaN), which
- * the encoding knows, or negative for the loop to find it. levels may be NULL: the
- * loop then makes what it needs. */
+ * the encoding knows, or negative for the loop to find it. amplitude: a finite
+ * factor of RoPE's values (1 for the encodings). levels may be NULL: the loop then
+ * makes what it needs. */
 typedef int (*cpe_fill_f64_t)(double *out, double *sin_out, const double *positions,
                               double start, Py_ssize_t n, Py_ssize_t width,
                               const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
-                              double w_max, int layout, cpe_levels *levels);
+                              double w_max, int layout, double amplitude,
+                              cpe_levels *levels);
 typedef int (*cpe_fill_f32_t)(float *out, float *sin_out, const double *positions,
                               double start, Py_ssize_t n, Py_ssize_t width,
                               const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
-                              double w_max, int layout, cpe_levels *levels);
+                              double w_max, int layout, double amplitude,
+                              cpe_levels *levels);
 
 typedef struct {
     cpe_fill_f64_t fill_f64;

@@ -332,13 +332,26 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
             int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                         \
         CPE_CHAIN_SWITCH(STORE)                                                         \
     }
+/* RoPE's stores multiply every value by the attention factor (amplitude) in
+   double before the one rounding to T: 1 leaves the bits of the product. */
+#define CPE_ROPE_PARAMS(T) \
+    (T *first, T *second, const double *const *rows, int count, Py_ssize_t n_pairs, \
+     Py_ssize_t n_freq, double amplitude)
+#define CPE_ROPE_ARGS (first, second, rows, count, n_pairs, n_freq, amplitude)
+#define CPE_ROPE_STORE(T, name, STORE)                                                  \
+    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl(                               \
+            T *CPE_RESTRICT first, T *CPE_RESTRICT second, const double *const *rows,   \
+            int count, Py_ssize_t n_pairs, Py_ssize_t n_freq, double amplitude) {       \
+        CPE_CHAIN_SWITCH(STORE)                                                         \
+    }
 #define CPE_CHAIN_STORES(T)                                                             \
     CPE_CHAIN_STORE(T, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c))     \
     CPE_CHAIN_STORE(T, blocked, (first[j] = (T)s, second[j] = (T)c))                    \
-    CPE_CHAIN_STORE(T, rope_half, (first[j] = first[n_freq + j] = (T)c,                 \
-                                   second[j] = second[n_freq + j] = (T)s))              \
-    CPE_CHAIN_STORE(T, rope_interleaved, (first[2 * j] = first[2 * j + 1] = (T)c,       \
-                                          second[2 * j] = second[2 * j + 1] = (T)s))
+    CPE_ROPE_STORE(T, rope_half, (first[j] = first[n_freq + j] = (T)(amplitude * c),    \
+                                  second[j] = second[n_freq + j] = (T)(amplitude * s))) \
+    CPE_ROPE_STORE(T, rope_interleaved,                                                 \
+                   (first[2 * j] = first[2 * j + 1] = (T)(amplitude * c),               \
+                    second[2 * j] = second[2 * j + 1] = (T)(amplitude * s)))
 CPE_CHAIN_STORES(double)
 CPE_CHAIN_STORES(float)
 
@@ -370,10 +383,10 @@ CPE_MULTIVERSION(cpe_chain_interleaved_double, CPE_CHAIN_PARAMS(double), CPE_CHA
 CPE_MULTIVERSION_OWN_AVX512(cpe_chain_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
 CPE_MULTIVERSION(cpe_chain_blocked_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
 CPE_MULTIVERSION(cpe_chain_blocked_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_half_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_half_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_interleaved_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_half_double, CPE_ROPE_PARAMS(double), CPE_ROPE_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_half_float, CPE_ROPE_PARAMS(float), CPE_ROPE_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_interleaved_double, CPE_ROPE_PARAMS(double), CPE_ROPE_ARGS)
+CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_ROPE_PARAMS(float), CPE_ROPE_ARGS)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is

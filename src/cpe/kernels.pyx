@@ -58,13 +58,13 @@ cdef extern from "cpe_rows.h":
     void cpe_chain_blocked_float(float*, float*, const double* const*, int,
                                  Py_ssize_t, Py_ssize_t) noexcept nogil
     void cpe_chain_rope_half_double(double*, double*, const double* const*, int,
-                                    Py_ssize_t, Py_ssize_t) noexcept nogil
+                                    Py_ssize_t, Py_ssize_t, double) noexcept nogil
     void cpe_chain_rope_half_float(float*, float*, const double* const*, int,
-                                   Py_ssize_t, Py_ssize_t) noexcept nogil
+                                   Py_ssize_t, Py_ssize_t, double) noexcept nogil
     void cpe_chain_rope_interleaved_double(double*, double*, const double* const*, int,
-                                           Py_ssize_t, Py_ssize_t) noexcept nogil
+                                           Py_ssize_t, Py_ssize_t, double) noexcept nogil
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
-                                          Py_ssize_t, Py_ssize_t) noexcept nogil
+                                          Py_ssize_t, Py_ssize_t, double) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -353,22 +353,22 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
 
 
 cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
-                                     const double* b, Py_ssize_t n_freq,
-                                     int layout) noexcept nogil:
+                                     const double* b, Py_ssize_t n_freq, int layout,
+                                     double amplitude) noexcept nogil:
     # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
-    # _store_product, written once where they go in both tables.
+    # _store_product times amplitude, written once where they go in both tables.
     cdef const double* rows[4]
     rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
     if layout == CPE_LAYOUT_SIN_COS:
         if floating is double:
-            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, n_freq, n_freq)
+            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
         else:
-            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, n_freq, n_freq)
+            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
     else:
         if floating is double:
-            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, n_freq, n_freq)
+            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
         else:
-            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, n_freq, n_freq)
+            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
 
 
 # Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
@@ -667,11 +667,14 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
 
 cdef int _fill(floating* out, floating* sin_out, const double* positions, double start,
                Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-               Py_ssize_t n_freq, double w_max, int layout, cpe_levels* levels) noexcept nogil:
+               Py_ssize_t n_freq, double w_max, int layout, double amplitude,
+               cpe_levels* levels) noexcept nogil:
     cdef columns c
     cdef bint rope = layout == CPE_LAYOUT_ROPE_HALF or layout == CPE_LAYOUT_ROPE_INTERLEAVED
     if n < 0 or _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else layout,
                          &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if not (isfinite(amplitude) and (rope or amplitude == 1.0)):
         return CPE_ERR_ARGUMENT
     if rope and (width != 2 * n_freq or (n and sin_out == NULL)):
         return CPE_ERR_ARGUMENT
@@ -806,7 +809,7 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
         elif rope:
             _store_rope_product(row, _sink_row(&sink, sin_out, i, width, 1), a, b, n_freq,
                                 CPE_LAYOUT_SIN_COS if layout == CPE_LAYOUT_ROPE_HALF
-                                else CPE_LAYOUT_INTERLEAVED)
+                                else CPE_LAYOUT_INTERLEAVED, amplitude)
         else:
             _store_product(row, a, b, &c, width)
         _sink_row_done(&sink, out, sin_out if rope else NULL, i, n - 1, width)
@@ -819,18 +822,18 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
 
 cdef int _fill_f64(double* out, double* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, double w_max, int layout,
+                   Py_ssize_t n_freq, double w_max, int layout, double amplitude,
                    cpe_levels* levels) noexcept nogil:
     return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 levels)
+                 amplitude, levels)
 
 
 cdef int _fill_f32(float* out, float* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, double w_max, int layout,
+                   Py_ssize_t n_freq, double w_max, int layout, double amplitude,
                    cpe_levels* levels) noexcept nogil:
     return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 levels)
+                 amplitude, levels)
 
 
 # The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
@@ -853,7 +856,8 @@ cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, NULL)
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, 1.0,
+                 NULL)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
@@ -861,7 +865,8 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
                         Py_ssize_t n_freq, int layout) noexcept nogil:
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
-    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, NULL)
+    return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, 1.0,
+                 NULL)
 
 
 cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
@@ -870,7 +875,7 @@ cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_p
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
-                 layout, NULL)
+                 layout, 1.0, NULL)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
@@ -879,7 +884,7 @@ cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_po
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
-                 layout, NULL)
+                 layout, 1.0, NULL)
 
 
 cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
@@ -889,7 +894,7 @@ cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
                  head_dim // 2, -1.0,
-                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL)
 
 
 cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
@@ -899,4 +904,4 @@ cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
                  head_dim // 2, -1.0,
-                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, NULL)
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL)

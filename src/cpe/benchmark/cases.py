@@ -25,8 +25,11 @@ from cpe.benchmark.usual_numpy import (
 )
 
 CPE = "cpe"
+# A long-context config (Qwen2.5's 1M-token yarn): scaled frequencies, a factor.
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32768}
 CPE_OUT = "cpe out="
 CPE_TABLE_SAME_VALUES = "cpe table, same values"
+CPE_SCALED = "cpe yarn-scaled"
 NUMPY = "NumPy"
 NUMPY_F32 = "NumPy f32 arithmetic"
 NUMPY_F64_TO_F32 = "NumPy f64 .astype(f32)"
@@ -364,6 +367,7 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
         "base": ROPE_BASE,
         "float32": np.float32,
         "float64": np.float64,
+        "yarn": YARN,
         **_rope_out((n, head_dim)),
     }
     top = POSITION_RANGE + n
@@ -374,6 +378,12 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
             "cpe",
             "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32, out=out)",
             atol_rounded_once(np.float32, top),
+        ),
+        # Scaled frequencies and an attention factor: the same work (other values).
+        Competitor(
+            CPE_SCALED,
+            "cpe",
+            "cpe_rope(n, head_dim, base=base, start=arg, dtype=float32, rope_parameters=yarn)",
         ),
         *float32_rivals(
             "numpy_rope(n, head_dim, base, arg, float32)",
@@ -397,7 +407,12 @@ def rope_group(n: int, head_dim: int, rng: np.random.Generator) -> Group:
         names=names,
         args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
         competitors=competitors,
-        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_NEW), Ratio(CPE_OUT, FLOOR_OUT)],
+        ratios=[
+            *_rivals_over_cpe(competitors),
+            Ratio(CPE, FLOOR_NEW),
+            Ratio(CPE_OUT, FLOOR_OUT),
+            Ratio(CPE_SCALED, CPE),
+        ],
     )
 
 
