@@ -308,6 +308,37 @@ def test_transformers_deepseek_v3_yarn(torch):
     np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
 
 
+def test_transformers_float32_tables_lose_long_positions_and_cpe_does_not(torch):
+    # The premise, measured on the real module: float32 angles p * inv_freq
+    # lose the position at long context; cpe's float32 tables stay within half a
+    # float32 ulp (test_rope_scaling checks them against mpmath).
+    llama = require("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+
+    params = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    config = LlamaConfig(
+        hidden_size=512, num_attention_heads=4, max_position_embeddings=131072,
+        rope_parameters=dict(params),
+    )  # fmt: skip
+    rotary = llama.LlamaRotaryEmbedding(config)
+    ids = torch.tensor([[131071, 999999]])
+    theirs_cos, _ = rotary(torch.zeros(1, 2, 128), ids)
+    kwargs = {"rope_parameters": params, "max_position_embeddings": 131072}
+    exact_cos, _ = cpe.rope_cos_sin(ids.numpy(), 128, **kwargs)
+    cos32, _ = cpe.rope_cos_sin(ids.numpy(), 128, dtype=np.float32, **kwargs)
+    theirs_error = np.abs(theirs_cos.numpy() - exact_cos).max(axis=-1)[0]
+    assert theirs_error[0] > 1e-3  # 3.4e-3 at 131071
+    assert theirs_error[1] > 1e-2  # 4.7e-2 at 999999
+    assert np.abs(cos32 - exact_cos).max() <= 3.0e-8
+
+
 # ---- multimodal and axial RoPE ----
 
 

@@ -501,3 +501,56 @@ def test_frequencies_follow_the_parameters_whatever_was_computed_before():
     assert not np.array_equal(
         long[1], cpe.rope_cos_sin(10, 64, start=9000, seq_len=10, **kwargs)[1]
     )
+
+
+# The long-context configurations the issue names: yarn at factor 32 (a 1M context
+# from 32768) and Llama 3.1's llama3, at positions up to 1e6.
+LONG_CONTEXT = {
+    "yarn factor 32, 1M context": (
+        {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 32768},
+        1_048_576,
+        1_000_000,
+    ),
+    "llama3 (Llama 3.1), theta 500000": (
+        {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        131072,
+        1_000_000,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_CONTEXT))
+def test_long_context_tables_are_exact_in_float64_and_float32(name, report_error):
+    params, mpe, seq_len = LONG_CONTEXT[name]
+    ids = np.array([0, 1, 4095, 131071, 500_000, 999_983, 999_999])
+    kwargs = {"rope_parameters": params, "max_position_embeddings": mpe, "seq_len": seq_len}
+    wide = cpe.rope_cos_sin(ids, 128, **kwargs)
+    narrow = cpe.rope_cos_sin(ids, 128, dtype=np.float32, **kwargs)
+    w, attention, _ = exact.rope_scheme(128, params, mpe, seq_len)
+    worst64 = worst32 = 0.0
+    for row, p in enumerate(ids.tolist()):
+        for k in range(128):
+            x = p * w[k % 64]
+            for table64, table32, want in ((wide[0], narrow[0], mpmath.cos(x)),
+                                           (wide[1], narrow[1], mpmath.sin(x))):  # fmt: skip
+                want = attention * want
+                error64 = float(abs(mpmath.mpf(float(table64[row, k])) - want))
+                error32 = float(abs(mpmath.mpf(float(table32[row, k])) - want))
+                # float64: 1e-15 and the product's rounding; float32: the float64
+                # value rounded once (half a float32 ulp of the value, and its error).
+                assert error64 <= 1.3e-15 * attention
+                half_ulp = 0.5 * float(np.spacing(np.float32(abs(float(want)))))
+                assert error32 <= half_ulp + 1.3e-15 * attention
+                worst64, worst32 = max(worst64, error64), max(worst32, error32)
+    report_error(f"float64 RoPE {name}, |p| <= 1e6", worst64, 1.3e-15 * attention)
+    # Half a float32 ulp: 3.0e-8 below 1, and up to 6.0e-8 * v for values v >= 1
+    # (an attention factor > 1), where float32 has no number nearer.
+    bound32 = 3.0e-8 if attention <= 1.0 else max(3.0e-8, 6.0e-8 * attention)
+    report_error(f"float32 RoPE {name}, |p| <= 1e6", worst32, bound32)
