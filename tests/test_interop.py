@@ -214,7 +214,7 @@ def test_transformers_llama_scaled_rotary_embedding(torch, name):
         128, rope_parameters=params, max_position_embeddings=8192
     )
     np.testing.assert_allclose(inv_freq, rotary.inv_freq.double().numpy(), rtol=2.4e-7)
-    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-7)
+    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-12, abs=0)
 
 
 def test_transformers_dynamic_beyond_max_position_embeddings(torch):
@@ -274,6 +274,12 @@ def test_transformers_phi3_longrope(torch, seq):
     np.testing.assert_allclose(
         exact[0][0, -1], theirs_cos.numpy()[0, -1], rtol=0, atol=2.4e-7 * seq * 4
     )
+    # (after the call, the module holds the frequencies of the length it has seen)
+    inv_freq, factor = cpe.rope_frequencies(
+        32, rope_parameters=params, max_position_embeddings=131072, seq_len=seq
+    )
+    np.testing.assert_allclose(inv_freq, rotary.inv_freq.double().numpy(), rtol=2.4e-7)
+    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-12, abs=0)
 
 
 def test_transformers_deepseek_v3_yarn(torch):
@@ -306,6 +312,11 @@ def test_transformers_deepseek_v3_yarn(torch):
     )
     np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
     np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+    inv_freq, factor = cpe.rope_frequencies(
+        64, rope_parameters=params, max_position_embeddings=163840
+    )
+    np.testing.assert_allclose(inv_freq, rotary.inv_freq.double().numpy(), rtol=2.4e-7)
+    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-12, abs=0)
 
 
 def test_transformers_float32_tables_lose_long_positions_and_cpe_does_not(torch):
