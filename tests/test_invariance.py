@@ -116,20 +116,63 @@ def test_rope_columns_are_the_sin_cos_encoding(
     assert same_bits(sin_ids, sin[::-1])
 
 
+SCALED = [
+    {"rope_type": "linear", "factor": 3.0},
+    {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 1024},
+    {"rope_type": "dynamic", "factor": 2.0},
+    {"rope_type": "longrope", "short_factor": [1.5] * 40, "long_factor": [7.0] * 40,
+     "original_max_position_embeddings": 1024},
+    {"rope_type": "proportional", "partial_rotary_factor": 0.5},
+]  # fmt: skip
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    params=st.sampled_from(SCALED),
+    dtype=dtypes,
+    start=starts,
+    n=st.integers(1, 30),
+    layout=st.sampled_from(["half", "interleaved"]),
+    pick=st.integers(0, 29),
+)
+def test_scaled_rope_rows_do_not_depend_on_the_call(
+    params: dict[str, Any], dtype: type, start: int, n: int, layout: str, pick: int
+) -> None:
+    # The sequence length that dynamic and longrope adapt to is part of the
+    # encoding: fixed here, the rows are the same whatever the call.
+    kw = {"rope_parameters": params, "max_position_embeddings": 4096, "seq_len": 50000}
+    kw |= {"layout": layout, "dtype": dtype}
+    cos, sin = cpe.rope_cos_sin(n, 80, start=start, **kw)
+    ids = np.arange(start, start + n)[::-1].copy().reshape(1, n)
+    cos_ids, sin_ids = cpe.rope_cos_sin(ids, 80, **kw)
+    assert same_bits(cos_ids[0], cos[::-1])
+    assert same_bits(sin_ids[0], sin[::-1])
+    p = start + pick % n
+    one = cpe.rope_cos_sin(float(p), 80, **kw)
+    later = cpe.rope_cos_sin(3, 80, start=p, **kw)
+    for got, table in ((one[0], cos), (one[1], sin), (later[0][0], cos), (later[1][0], sin)):
+        assert same_bits(got, table[p - start])
+
+
 @settings(deadline=None, max_examples=30)
 @given(
     quarter=st.integers(1, 40),
     grid=st.tuples(st.integers(1, 9), st.integers(1, 9)),
     dtype=dtypes,
+    shift=st.sampled_from([0, 1]),
 )
 def test_each_half_of_a_2d_grid_is_the_1d_encoding(
-    quarter: int, grid: tuple[int, int], dtype: type
+    quarter: int, grid: tuple[int, int], dtype: type, shift: int
 ) -> None:
     D = 4 * quarter
     h, w = grid
-    tokens = cpe.sincos_2d(h, w, D, dtype=dtype)  # "mae": [width axis | height axis]
-    rows_w = cpe.positional_encoding_table(w, D // 2, layout="sin_cos", freq_shift=0, dtype=dtype)
-    rows_h = cpe.positional_encoding_table(h, D // 2, layout="sin_cos", freq_shift=0, dtype=dtype)
+    # "mae": [width axis | height axis]
+    tokens = cpe.sincos_2d(h, w, D, dtype=dtype, freq_shift=shift)
+    kw = {"layout": "sin_cos", "freq_shift": shift, "dtype": dtype}
+    rows_w = cpe.positional_encoding_table(w, D // 2, **kw)
+    rows_h = cpe.positional_encoding_table(h, D // 2, **kw)
     expected = np.concatenate([np.tile(rows_w, (h, 1)), np.repeat(rows_h, w, axis=0)], axis=1)
     assert same_bits(tokens, expected)
 
