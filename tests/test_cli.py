@@ -106,6 +106,9 @@ def test_table_to_files(tmp_path, suffix):
         (["rope", "3", "8", "--axes-dim", "4,x"], "not comma-separated integers"),
         (["rope", "3", "8", "--axes-dim", "4,4"], "n must be an array of positions"),
         (["rope", "missing.npy", "8"], "cannot read 'missing.npy'"),
+        (["rope", "empty.npy", "8"], "cannot read 'empty.npy'"),
+        (["rope", "archive.npy", "8"], "not a .npy array"),
+        (["rope", "3", "8", "--rope-parameters", "[" * 100000], "not a JSON object"),
         (["frobnicate"], "invalid choice"),
         (["bench", "--only", "nope"], "unknown kind"),
         (["bench", "--rounds", "0"], "--rounds must be >= 1"),
@@ -113,6 +116,9 @@ def test_table_to_files(tmp_path, suffix):
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, text, tmp_path):
+    (tmp_path / "empty.npy").write_bytes(b"")
+    with (tmp_path / "archive.npy").open("wb") as file:
+        np.savez(file, ids=np.arange(3))
     result = subprocess.run(
         [str(SCRIPT), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )

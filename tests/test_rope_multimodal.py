@@ -130,7 +130,7 @@ def test_axial_is_exact_at_a_million():
             _ids((2,)),
             {"rope_parameters": {"mrope_section": [8, 12, 11]}},
             ValueError,
-            "rope_parameters['mrope_section'] must sum to rotary_dim / 2 = 32",
+            "rope_parameters['mrope_section'] must sum to the tables' 32 frequencies",
         ),
         (
             _ids((2,)),
@@ -160,7 +160,7 @@ def test_axial_is_exact_at_a_million():
             _ids((2,)),
             {"rope_parameters": {"mrope_section": [4, 14, 14], "mrope_interleaved": True}},
             ValueError,
-            "cannot be interleaved over rotary_dim / 2 = 32",
+            "cannot be interleaved over 32 frequencies",
         ),
         (
             _ids((2,)),
@@ -190,7 +190,41 @@ def test_axial_is_exact_at_a_million():
             _ids((2,)),
             {"rope_parameters": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}},
             ValueError,
-            "must sum to rotary_dim / 2 = 16, got [8, 12, 12] (sum 32)",
+            (
+                "must sum to the tables' 16 frequencies (rotary_dim / 2; head_dim / 2 for "
+                "'proportional'), got [8, 12, 12] (sum 32)"
+            ),
+        ),
+        # Every position is checked as the one-axis table checks it, on every axis.
+        (
+            np.array([[1.0, 2.0], [np.nan, 0.0], [3.0, 4.0]]),
+            {"rope_parameters": {"mrope_section": [32, 0, 0]}},
+            ValueError,
+            "n (the positions) must be finite",
+        ),
+        (
+            np.array([[1], [2**62], [3]]),
+            {"rope_parameters": {"mrope_section": [32, 0, 0]}},
+            ValueError,
+            "n (the positions) must be integers of magnitude <= 2**53",
+        ),
+        (
+            np.array([[1.0], [1.0], [2.0**60]]),
+            {"rope_parameters": {"mrope_section": [8, 12, 12]}},
+            ValueError,
+            "position * frequency must be at most 2**53",
+        ),
+        (
+            _ids((2,)),
+            {
+                "rope_parameters": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": 0.5,
+                    "mrope_section": [4, 6, 6],
+                }
+            },
+            ValueError,
+            "must sum to the tables' 32 frequencies (rotary_dim / 2; head_dim / 2 for",
         ),
         (np.zeros((5, 3)), {"axes_dim": (16, 8, 4)}, ValueError, "head_dim must be the sum"),
         (np.zeros((5, 3)), {"axes_dim": (30, 1, 1)}, ValueError, "axes_dim[1] must be >= 2"),
@@ -235,6 +269,23 @@ def test_errors_name_the_argument_and_leave_out_untouched(n, kwargs, exc, text):
         cpe.rope_cos_sin(n, head_dim, out=out, **kwargs)
     assert np.all(out[0] == 7.0)
     assert np.all(out[1] == 7.0)
+
+
+def test_a_too_large_output_is_named_by_its_own_shape():
+    ids = np.broadcast_to(np.zeros(1, int), (3, 2**58))
+    with pytest.raises(ValueError, match=r"\(2, 288230376151711744, 64\) is too large"):
+        cpe.rope_cos_sin(ids, 64, rope_parameters={"mrope_section": [8, 12, 12]})
+    axial = np.broadcast_to(np.zeros(1), (2**58, 3))
+    with pytest.raises(ValueError, match=r"\(2, 288230376151711744, 32\) is too large"):
+        cpe.rope_cos_sin(axial, 32, axes_dim=(16, 8, 8))
+
+
+def test_empty_ids_of_any_width_are_made_at_once():
+    # Nothing is made per frequency for an empty request (as without mrope_section).
+    cos, sin = cpe.rope_cos_sin(
+        np.zeros((3, 0), int), 2 * 10**8, rope_parameters={"mrope_section": [10**8, 0, 0]}
+    )
+    assert cos.shape == sin.shape == (0, 2 * 10**8)
 
 
 def test_wrong_out_is_refused_before_anything_is_computed():

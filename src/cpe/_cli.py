@@ -48,9 +48,13 @@ def _rope_positions(text: str) -> Any:
     array in that file (position ids of any shape)."""
     if text.lower().endswith(".npy"):
         try:
-            return np.load(text, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+            with pathlib.Path(text).open("rb") as file:
+                array = np.load(file, allow_pickle=False)
+        except (OSError, ValueError, EOFError, MemoryError) as exc:
             raise argparse.ArgumentTypeError(f"cannot read {text!r}: {exc}") from None
+        if not isinstance(array, np.ndarray):  # an .npz archive of that name
+            raise argparse.ArgumentTypeError(f"cannot read {text!r}: not a .npy array")
+        return array
     return _positions(text)
 
 
@@ -60,7 +64,7 @@ def _mapping(text: str) -> dict[str, Any]:
         if text.startswith("@"):
             text = pathlib.Path(text[1:]).read_text()
         value = json.loads(text)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise argparse.ArgumentTypeError(f"not a JSON object or @file.json: {exc}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")

@@ -25,7 +25,7 @@ from cpe._core import (
     rope_outputs,
     table_start,
 )
-from cpe._scaling import Scheme, scheme
+from cpe._scaling import Scheme, scheme, sections_of
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -89,10 +89,13 @@ def rope_cos_sin(
         whose tables have ``rotary_dim`` columns and are multiplied by the
         attention factor. With ``mrope_section`` (multimodal RoPE, Qwen2-VL and
         later), positions ``n`` have a leading axis of 3 (temporal, height,
-        width): frequency ``j`` takes the positions of its section's axis (in
-        three runs, or with ``mrope_interleaved`` as Qwen3-VL interleaves
-        them), and the tables have the shape ``n.shape[1:] + (rotary_dim,)``.
-        An integer ``n`` (text: one position on every axis) gives the plain table.
+        width), always: frequency ``j`` takes the positions of its section's
+        axis (in three runs, or with ``mrope_interleaved`` as Qwen3-VL
+        interleaves them; Qwen3-VL's configs say ``"mrope_interleaved": True``),
+        and the tables have the shape ``n.shape[1:] + (rotary_dim,)``. Text ids
+        of shape ``(batch, seq)`` are ``np.broadcast_to(ids, (3, *ids.shape))``
+        (transformers expands them so); an integer ``n`` (text: one position on
+        every axis) gives the plain table.
     max_position_embeddings, seq_len : int, optional
         As for :func:`rope_frequencies`; ``seq_len`` defaults to the largest
         position + 1 (``start + n`` for a table), as transformers' dynamic
@@ -111,8 +114,9 @@ def rope_cos_sin(
     cos, sin : numpy.ndarray
         Each of shape ``(n, rotary_dim)``, or ``positions.shape + (rotary_dim,)``
         (``rotary_dim`` is ``head_dim`` unless ``partial_rotary_factor`` says
-        otherwise): the arrays of ``out``, or the two halves of one new
-        allocation (either keeps the memory of both).
+        otherwise; multimodal: ``positions.shape[1:] + (rotary_dim,)``, axial:
+        ``positions.shape[:-1] + (head_dim,)``): the arrays of ``out``, or the
+        two halves of one new allocation (either keeps the memory of both).
 
     Examples
     --------
@@ -194,8 +198,8 @@ def rope_cos_sin(
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
         return _rope_table(n, used, start, output_dtype, kernel_layout, out)
     _check_no_offset(start)
-    if used.axes is not None:
-        return _multimodal(n, used, used.axes, output_dtype, layout == "interleaved", out)
+    if used.sections is not None:
+        return _multimodal(n, used, output_dtype, layout == "interleaved", out)
     return _rope_positions(
         n,
         used.width,
@@ -240,7 +244,9 @@ def rope_frequencies(
         ``mscale``, ``mscale_all_dim``, ``attention_factor``, ``truncate``,
         ``short_factor``, ``long_factor``, ``low_freq_factor``,
         ``high_freq_factor``), and ``partial_rotary_factor`` (the rotated part
-        ``rotary_dim = int(head_dim * partial_rotary_factor)``). A key no
+        ``rotary_dim = int(head_dim * partial_rotary_factor)``);
+        ``mrope_section`` and ``mrope_interleaved`` are checked here and used
+        by :func:`rope_cos_sin`. A key no
         scheme knows is an error (a misspelt optional key would otherwise be
         silently ignored); keys that another scheme reads are ignored.
     max_position_embeddings : int, optional
@@ -288,14 +294,9 @@ Part = tuple[npt.NDArray[Any], int, Callable[[], Any] | None, npt.NDArray[np.int
 
 
 def _multimodal(
-    n: Any,
-    used: Scheme,
-    axes: tuple[int, ...],
-    dtype: Any,
-    interleaved: bool,
-    out: tuple[Any, Any] | None,
+    n: Any, used: Scheme, dtype: Any, interleaved: bool, out: tuple[Any, Any] | None
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Multimodal RoPE: frequency ``j`` at the position ``n[axes[j]]``."""
+    """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
     positions = as_positions(n, "n (the positions)")
     if positions.ndim == 0 or positions.shape[0] != 3:
         raise ValueError(
@@ -304,9 +305,20 @@ def _multimodal(
         )
     half = used.width // 2
     frequencies = functools.cache(used.double_doubles)  # made once, when a table needs them
+
+    def check() -> None:
+        # Every position is checked as the one-axis table checks it, against the
+        # largest frequency (on an axis whose section is empty too): a sliver of
+        # a table, the column of that frequency alone.
+        largest = [int(np.argmax(np.abs(frequencies()[0])))]
+
+        def given() -> npt.NDArray[np.float64]:
+            return frequencies()[:, largest]
+
+        _rope_positions(positions, 2, used.base, given, dtype, False, None, 1.0)
+
     parts: list[Part] = []
-    for axis in range(3):
-        which = np.flatnonzero(np.array(axes) == axis)
+    for axis, which in enumerate(sections_of(used) if positions.size else []):
         if which.size:
             # The axis' table has the columns of its frequencies, in either layout.
             columns = (
@@ -319,7 +331,8 @@ def _multimodal(
                 return frequencies()[:, which]
 
             parts.append((positions[axis], 2 * which.size, given, columns))
-    return _side_by_side(parts, (*positions.shape[1:], used.width), used, dtype, interleaved, out)
+    shape = (*positions.shape[1:], used.width)
+    return _side_by_side(parts, shape, used, dtype, interleaved, out, check)
 
 
 def _axial(
@@ -356,13 +369,20 @@ def _side_by_side(
     dtype: Any,
     interleaved: bool,
     out: tuple[Any, Any] | None,
+    check: Callable[[], None] = lambda: None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """The tables of ``shape`` whose columns are those of the parts' tables, each
     the 1-D table of its axis (so every value is the one the 1-D call gives).
-    Every part is computed before ``out`` is written."""
+    ``check`` runs once the outputs are checked or made, and every part is
+    computed before ``out`` is written."""
     sizes = "n (the positions) and head_dim"
     if out is not None:
         cos, sin = rope_outputs(out, shape, dtype, sizes)
+    else:  # (first: a too large output is refused with its own shape; the
+        # positions have fewer dimensions than NumPy allows, as it has one more)
+        cos, sin = prepare_out(None, (2, *shape), dtype, sizes)
+    if math.prod(shape):
+        check()
     tables = [
         _rope_positions(
             axis, width, used.base, given or (lambda: None), dtype, interleaved, None,
@@ -370,9 +390,6 @@ def _side_by_side(
         )
         for axis, width, given, _ in parts
     ]  # fmt: skip
-    if out is None:
-        both = prepare_out(None, (2, math.prod(shape)), dtype, sizes)
-        cos, sin = both[0].reshape(shape), both[1].reshape(shape)
     for (*_, columns), (part_cos, part_sin) in zip(parts, tables, strict=True):
         np.asarray(cos)[..., columns] = part_cos
         np.asarray(sin)[..., columns] = part_sin

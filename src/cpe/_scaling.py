@@ -59,9 +59,10 @@ class Scheme:
     base: Any
     attention_factor: float
     width: int
-    # Multimodal RoPE: the position axis (0 temporal, 1 height, 2 width) of each
-    # frequency; None for one axis.
-    axes: tuple[int, ...] | None = None
+    # Multimodal RoPE: the sections (temporal, height, width) of the frequencies,
+    # in runs or interleaved (see sections_of); None for one axis.
+    sections: tuple[int, int, int] | None = None
+    interleaved: bool = False
     # What the frequencies are made from (hashable), under which they are kept in
     # _MADE; None: made on every call.
     key: Any = None
@@ -263,7 +264,7 @@ def scheme(
             )
         return used
     read = _Parameters(rope_parameters, _rope_type(rope_parameters))
-    return replace(used, axes=_axes(read, used.width // 2))
+    return replace(used, **_sections(read, used.width // 2))
 
 
 def _frozen(value: Any) -> Any:
@@ -283,10 +284,9 @@ def _frozen(value: Any) -> Any:
     return (kind, value)
 
 
-def _axes(read: _Parameters, half: int) -> tuple[int, ...]:
-    """The axis of each of the ``half`` frequencies: transformers' ``mrope_section``
-    of three consecutive runs (Qwen2-VL), or with ``mrope_interleaved`` (Qwen3-VL)
-    height on every third frequency from 1, width from 2, time on the rest."""
+def _sections(read: _Parameters, half: int) -> dict[str, Any]:
+    """transformers' ``mrope_section`` (and ``mrope_interleaved``), checked against
+    the ``half`` frequencies of the tables."""
     value = read.parameters["mrope_section"]
     name = read.name("mrope_section")
     try:
@@ -295,28 +295,40 @@ def _axes(read: _Parameters, half: int) -> tuple[int, ...]:
         flat = False
     if not flat or len(value) != 3:
         raise TypeError(f"{name} must be a sequence of three integers (temporal, height, width)")
-    sections = [as_count(v, f"{name}[{i}]", 0) for i, v in enumerate(value)]
+    sections = tuple(as_count(v, f"{name}[{i}]", 0) for i, v in enumerate(value))
     if sum(sections) != half:
         raise ValueError(
-            f"{name} must sum to rotary_dim / 2 = {half}, got {sections} (sum {sum(sections)})"
+            f"{name} must sum to the tables' {half} frequencies (rotary_dim / 2; head_dim / 2 "
+            f"for 'proportional'), got {list(sections)} (sum {sum(sections)})"
         )
     interleaved = read.parameters.get("mrope_interleaved")
     if interleaved is not None and not isinstance(interleaved, (bool, np.bool_)):
         raise TypeError(
             f"{read.name('mrope_interleaved')} must be a bool, got {type(interleaved).__name__}"
         )
-    if not interleaved:
-        return tuple(axis for axis, count in enumerate(sections) for _ in range(count))
-    axes = [0] * half
-    for axis in (1, 2):  # as transformers' slice(axis, 3 * section, 3)
-        for j in range(axis, min(3 * sections[axis], half), 3):
-            axes[j] = axis
-    if [axes.count(axis) for axis in range(3)] != sections:
+    interleaved = bool(interleaved)
+    if interleaved and any(
+        len(range(axis, min(3 * sections[axis], half), 3)) != sections[axis] for axis in (1, 2)
+    ):
         raise ValueError(
-            f"{name} = {sections} cannot be interleaved over rotary_dim / 2 = {half} "
-            "frequencies (height takes every third from 1, width every third from 2)"
+            f"{name} = {list(sections)} cannot be interleaved over {half} frequencies "
+            "(height takes every third from 1, width every third from 2)"
         )
-    return tuple(axes)
+    return {"sections": sections, "interleaved": interleaved}
+
+
+def sections_of(used: Scheme) -> list[npt.NDArray[np.intp]]:
+    """The frequencies of each axis (temporal, height, width) of multimodal RoPE:
+    three consecutive runs (Qwen2-VL), or interleaved (Qwen3-VL): height on every
+    third frequency from 1, width on every third from 2, time on the rest."""
+    assert used.sections is not None
+    half = used.width // 2
+    if not used.interleaved:
+        ends = np.cumsum(used.sections)
+        return [np.arange(end - count, end) for count, end in zip(used.sections, ends, strict=True)]
+    taken = [np.arange(axis, min(3 * used.sections[axis], half), 3) for axis in (1, 2)]
+    time = np.setdiff1d(np.arange(half), np.concatenate(taken))
+    return [time, *taken]
 
 
 def _frequencies(
