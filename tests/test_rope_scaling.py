@@ -487,6 +487,22 @@ def test_frequencies_follow_the_parameters_whatever_was_computed_before():
     after[0][:] = 0.0  # the caller's array, not the kept one
     again = cpe.rope_frequencies(64, rope_parameters={**longrope, "long_factor": factors}, **kwargs)
     assert again[0][0] != 0.0
+    # Values that change in place (a 0-d array, an array) are read as they are now.
+    factor = np.array(8.0)
+    changing = {"rope_type": "linear", "factor": factor}
+    before = cpe.rope_cos_sin(20, 64, start=900, rope_parameters=changing)
+    factor[...] = 2.0
+    now = cpe.rope_cos_sin(20, 64, start=900, rope_parameters=changing)
+    want = cpe.rope_cos_sin(
+        20, 64, start=900, rope_parameters={"rope_type": "linear", "factor": 2.0}
+    )
+    assert not np.array_equal(before[1], now[1])
+    np.testing.assert_array_equal(now[1], want[1])
+    array_factors = np.array(LONG)
+    in_place = {**longrope, "long_factor": array_factors}
+    before = cpe.rope_frequencies(64, rope_parameters=in_place, **kwargs)[0]
+    array_factors[0] = 50.0
+    assert cpe.rope_frequencies(64, rope_parameters=in_place, **kwargs)[0][0] != before[0]
     # The request's length is part of what dynamic's frequencies are made from.
     dynamic, mpe, _ = SCHEMES["dynamic long"]
     kwargs = {"rope_parameters": dynamic, "max_position_embeddings": mpe}

@@ -35,11 +35,12 @@ _ALIASES = {"mrope": "default"}
 
 DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
-# The frequencies of the schemes last used, by Scheme.key: the same inputs give the
-# same frequencies, so a table does not pay for their double-double arithmetic
-# again on every call.
+# The schemes last read, by their inputs, and their frequencies, by Scheme.key: the
+# same inputs give the same scheme and frequencies, so a table does not pay again
+# for reading a config and for the frequencies' double-double arithmetic.
+_SCHEMES: dict[Any, "Scheme"] = {}
 _MADE: dict[Any, npt.NDArray[np.float64]] = {}
-_MADE_AT_MOST = 64
+_KEPT_AT_MOST = 64
 
 
 Blend = Callable[["DD"], "DD"]
@@ -63,8 +64,8 @@ class Scheme:
     # in runs or interleaved (see sections_of); None for one axis.
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
-    # What the frequencies are made from (hashable), under which they are kept in
-    # _MADE; None: made on every call.
+    # What the frequencies are made from (hashable: the inputs and the request's
+    # length, if read), under which they are kept in _MADE; None: made every call.
     key: Any = None
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
@@ -81,9 +82,7 @@ class Scheme:
             raise ValueError("rope_parameters give frequencies beyond the range of a double")
         frequencies.flags.writeable = False
         if self.key is not None:
-            if len(_MADE) >= _MADE_AT_MOST:  # a few schemes are in use at a time
-                _MADE.clear()
-            _MADE[self.key] = frequencies
+            _keep(_MADE, self.key, frequencies)
         return frequencies
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
@@ -239,24 +238,49 @@ def scheme(
 ) -> Scheme:
     """The frequencies and attention factor of ``rope_parameters`` (checked here),
     for ``head_dim`` (even, >= 2, checked by the caller) and ``base``, and the
-    axes of multimodal RoPE's frequencies. Without ``seq_len``, the schemes that
-    read it call ``default_seq_len``: the length of the request (None: none)."""
+    sections of multimodal RoPE. Without ``seq_len``, the schemes that read it
+    call ``default_seq_len``: the length of the request (None: none). The same
+    inputs give the same scheme: it is kept for the next call (unless it reads
+    the request's length)."""
+    try:
+        inputs = _frozen((head_dim, base, rope_parameters, max_position_embeddings, seq_len))
+    except TypeError:  # (an unhashable value): read on every call
+        inputs = None
+    kept = _SCHEMES.get(inputs) if inputs is not None else None
+    if kept is not None:
+        return kept
     asked: list[float | None] = []  # the request's length, if the scheme reads it
 
     def request_length() -> float | None:
         asked.append(default_seq_len())
         return asked[-1]
 
+    used = _read(head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length)
+    if inputs is not None:
+        if used.make is not None:
+            used = replace(used, key=(inputs, tuple(asked)))
+        if not asked:
+            _keep(_SCHEMES, inputs, used)
+    return used
+
+
+def _keep(kept: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(kept) >= _KEPT_AT_MOST:  # a few schemes are in use at a time
+        kept.clear()
+    kept[key] = value
+
+
+def _read(
+    head_dim: int,
+    base: Any,
+    rope_parameters: Mapping[str, Any] | None,
+    max_position_embeddings: Any,
+    seq_len: Any,
+    default_seq_len: Callable[[], float | None],
+) -> Scheme:
     used = _frequencies(
-        head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length
+        head_dim, base, rope_parameters, max_position_embeddings, seq_len, default_seq_len
     )
-    if used.make is not None:
-        try:
-            inputs = (head_dim, base, rope_parameters, max_position_embeddings, seq_len, asked)
-            key = _frozen(inputs)
-        except TypeError:  # (an unhashable value): made on every call
-            key = None
-        used = replace(used, key=key)
     if rope_parameters is None or rope_parameters.get("mrope_section") is None:
         if rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
             raise ValueError(
@@ -268,9 +292,10 @@ def scheme(
 
 
 def _frozen(value: Any) -> Any:
-    """A hashable image of ``value``, with its types (so that inputs that compare
-    equal but are read apart, such as 1 and True, stay apart); a TypeError if it
-    has none."""
+    """A hashable image of ``value`` made of immutable values only (Python's and
+    NumPy's scalars, with their types, so that inputs that compare equal but are
+    read apart, such as 1 and True, stay apart); a TypeError for anything else
+    (an object hashed by identity, such as a tensor, may change in place)."""
     kind = type(value)
     if kind is float or kind is int or kind is str or kind is bool or value is None:
         return (kind, value)  # (the usual values, at once)
@@ -278,10 +303,11 @@ def _frozen(value: Any) -> Any:
         return ("sequence", tuple(map(_frozen, value)))
     if isinstance(value, Mapping):
         return ("mapping", tuple(sorted((str(k), _frozen(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return ("sequence", tuple(_frozen(v) for v in value))
-    hash(value)
-    return (kind, value)
+    if isinstance(value, np.ndarray):
+        return ("array", tuple(map(_frozen, value)))
+    if isinstance(value, np.generic):
+        return (kind, value)
+    raise TypeError(f"not kept: a {kind.__name__}")
 
 
 def _sections(read: _Parameters, half: int) -> dict[str, Any]:
