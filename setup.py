@@ -5,6 +5,15 @@ wraparound and initialization checks (a debug build for CI).
 """
 
 import os
+import sys
+
+# A 32-bit Python stops here, before anything is compiled (cpe_fill.h refuses
+# such a build too): the kernels assume 64-bit sizes, and NumPy ships no 32-bit
+# wheels for the platforms cpe builds on.
+if sys.maxsize < 2**63 - 1:
+    raise SystemExit(
+        "cpe needs a 64-bit Python (this one is 32-bit): its kernels assume 64-bit sizes"
+    )
 
 import numpy as np
 from Cython.Build import cythonize
@@ -32,6 +41,11 @@ FLAGS = {
     "msvc": ["/O2", "/fp:precise"],
     "unix": ["-O3", "-ffp-contract=off"],
 }
+# No debug information unless CFLAGS asks for it (the sanitizer and valgrind builds
+# do): the interpreter's own CFLAGS carry -g, which would make the wheels four
+# times larger.
+if not any(flag.startswith("-g") for flag in os.environ.get("CFLAGS", "").split()):
+    FLAGS["unix"].append("-g0")
 
 
 class BuildExt(build_ext):

@@ -10,6 +10,19 @@ copy_tree() {
         --exclude=./.pytest_cache -cf - . | tar -C "$2" -xf -
 }
 
+# as_root COMMAND...: COMMAND as root: directly when root already (this kind of
+# machine), else through sudo without a password (GitHub's hosted runners).
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo > /dev/null && sudo -n true 2> /dev/null; then
+        sudo -n "$@"
+    else
+        echo "needs root (or password-less sudo) for: $*" >&2
+        return 1
+    fi
+}
+
 # requirements PYTHON: cpe's build requirements, run-time dependencies and [test]
 # extra, one per line, read from pyproject.toml (so that they never drift).
 requirements() {

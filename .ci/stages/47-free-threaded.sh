@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cpe on a free-threaded CPython, where its kernels and caches really run in
-# parallel (the wheels include cp314t). No free-threaded CPython is packaged for
-# this machine, so 3.13t is built from Debian's source package of python3.13
-# (~3 minutes on 2 cores) and kept for later runs. Then, in a venv of it:
+# parallel (the wheels include cp314t). CPE_FREE_THREADED_PYTHON names one to use
+# (GitHub's runners); otherwise, as no free-threaded CPython is packaged for this
+# machine, 3.13t is built from Debian's source package of python3.13 (~3 minutes
+# on 2 cores) and kept for later runs. Then, in a venv of it:
 # importing cpe leaves the GIL disabled (both modules are declared compatible);
 # the whole suite passes; the run-parallel tests pass with 4 threads at once; and
 # every kernel path gives the bits of the GIL build in the active venv.
@@ -59,16 +60,27 @@ build_free_threaded_python() {
     echo "${configure_options[*]}" > "$prefix/.complete"
 }
 
-prefix="${XDG_CACHE_HOME:-$HOME/.cache}/cpe-ci/python3.13t"
-if ! usable_free_threaded_python "$prefix"; then
-    echo "building CPython 3.13t at $prefix"
-    build_free_threaded_python "$prefix"
-    usable_free_threaded_python "$prefix" || {
-        echo "the CPython 3.13t built at $prefix lacks the GIL-free build or a module" >&2
+# CPE_FREE_THREADED_PYTHON: a free-threaded CPython to use instead (GitHub's
+# runners get one from actions/setup-python, see .github/workflows/ci.yml).
+if [ -n "${CPE_FREE_THREADED_PYTHON:-}" ]; then
+    python_ft=$CPE_FREE_THREADED_PYTHON
+    "$python_ft" -c 'import sysconfig
+assert sysconfig.get_config_var("Py_GIL_DISABLED") == 1, "not a free-threaded build"' || {
+        echo "CPE_FREE_THREADED_PYTHON=$python_ft is not a free-threaded CPython" >&2
         exit 1
     }
+else
+    prefix="${XDG_CACHE_HOME:-$HOME/.cache}/cpe-ci/python3.13t"
+    if ! usable_free_threaded_python "$prefix"; then
+        echo "building CPython 3.13t at $prefix"
+        build_free_threaded_python "$prefix"
+        usable_free_threaded_python "$prefix" || {
+            echo "the CPython 3.13t built at $prefix lacks the GIL-free build or a module" >&2
+            exit 1
+        }
+    fi
+    python_ft="$prefix/bin/python3.13t"
 fi
-python_ft="$prefix/bin/python3.13t"
 "$python_ft" -c 'import sys; print(sys.version)'
 
 copy_tree "$root" "$work/src"

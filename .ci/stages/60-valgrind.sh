@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # valgrind memcheck of the test suite against the ordinary (shipped) build of cpe.
-# Uses Debian's own python3.11 (pyenv's is noisy under valgrind) in a venv, with
+# Uses the system's own python3 (Debian's 3.11 here, Ubuntu's on GitHub's runners;
+# pyenv's is noisy under valgrind) in a venv, with
 # PYTHONMALLOC=malloc so that every Python allocation is checked, and the
 # suppressions in .ci/valgrind-python.supp (ld.so and glibc false positives).
 # Any memcheck error fails the stage (--error-exitcode=99).
@@ -23,8 +24,8 @@ for package in valgrind python3-venv python3-dev; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "-- apt-get install ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 system_python=/usr/bin/python3
 "$system_python" -c 'import sys; assert sys.prefix == "/usr", sys.prefix'

@@ -13,6 +13,16 @@
 #ifndef CPE_FILL_H
 #define CPE_FILL_H
 
+/* The kernels size their scratch memory and index rows with 64-bit Py_ssize_t
+ * arithmetic: a 32-bit build stops here (setup.py says so first). */
+#if defined(_MSC_VER)
+#if !defined(_WIN64)
+#error "cpe needs a 64-bit platform: its kernels assume 64-bit sizes"
+#endif
+#elif !defined(__SIZEOF_POINTER__) || __SIZEOF_POINTER__ != 8
+#error "cpe needs a 64-bit platform: its kernels assume 64-bit sizes"
+#endif
+
 #include <Python.h>
 
 /* Row k * radix + d of rows holds (sin, cos)(d radix**k w) as a pair row (n_freq
