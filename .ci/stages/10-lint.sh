@@ -47,6 +47,8 @@ echo "ruff format: clean"
 check "cython-lint" cython-lint src/cpe/*.pyx src/cpe/*.pxd tests/cython_example/*.pyx
 # mypy checks src/cpe as a package: the stubs, __init__, _version, the Python modules.
 mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
+# A user's script that calls every public function as the runtime accepts it.
+mypy --strict --no-incremental --cache-dir=/dev/null tests/typed_usage.py
 echo "mypy --strict: clean"
 
 # The CI shell scripts, where shellcheck is installed (apt's shellcheck; optional).

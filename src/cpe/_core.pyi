@@ -1,33 +1,35 @@
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
+from cpe._typing import Convention, Layout
+
 def positional_encoding(
     position: npt.ArrayLike,
-    D: int,
+    D: SupportsIndex,
     *,
     base: float = 10000.0,
     dtype: npt.DTypeLike = ...,
     out: npt.NDArray[np.floating[Any]] | None = None,
-    layout: str | None = None,
+    layout: Layout | None = None,
     freq_shift: float | None = None,
     scale: float = 1.0,
-    convention: str | None = None,
+    convention: Convention | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def positional_encoding_table(
-    n: int,
-    D: int,
+    n: SupportsIndex,
+    D: SupportsIndex,
     *,
-    start: int = 0,
+    start: SupportsIndex = 0,
     base: float = 10000.0,
     dtype: npt.DTypeLike = ...,
     out: npt.NDArray[np.floating[Any]] | None = None,
-    layout: str | None = None,
+    layout: Layout | None = None,
     freq_shift: float | None = None,
     scale: float = 1.0,
-    convention: str | None = None,
+    convention: Convention | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def _huge_page_bytes() -> int: ...
 def as_count(value: object, name: str, minimum: int) -> int: ...

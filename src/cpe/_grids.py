@@ -8,13 +8,14 @@ the output. All checks happen before anything is written into ``out``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
 from cpe._conventions import is_one_of
 from cpe._core import as_base, as_count, as_dtype, as_real, axis_encoding, prepare_out
+from cpe._typing import GridLayout
 from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
@@ -57,13 +58,13 @@ def _axes(
 
 
 def sincos_2d(
-    grid_h: int,
-    grid_w: int,
-    D: int,
+    grid_h: SupportsIndex,
+    grid_w: SupportsIndex,
+    D: SupportsIndex,
     *,
     base: float = 10000.0,
-    layout: str = "mae",
-    extra_tokens: int = 0,
+    layout: GridLayout = "mae",
+    extra_tokens: SupportsIndex = 0,
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
@@ -210,10 +211,10 @@ def _tile(
 
 
 def sincos_3d(
-    t: int,
-    h: int,
-    w: int,
-    D: int,
+    t: SupportsIndex,
+    h: SupportsIndex,
+    w: SupportsIndex,
+    D: SupportsIndex,
     *,
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,

@@ -7,7 +7,7 @@ import math
 import operator
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any, SupportsIndex, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -26,24 +26,25 @@ from cpe._core import (
     table_start,
 )
 from cpe._scaling import Scheme, scheme, sections_of
+from cpe._typing import RopeLayout
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
 def rope_cos_sin(
-    n: int | npt.ArrayLike,
-    head_dim: int,
+    n: SupportsIndex | npt.ArrayLike,
+    head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
-    start: int = 0,
-    layout: str = "half",
+    start: SupportsIndex = 0,
+    layout: RopeLayout = "half",
     dtype: npt.DTypeLike = np.float64,
     out: tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]] | None = None,
     rope_parameters: Mapping[str, Any] | None = None,
-    max_position_embeddings: int | None = None,
-    seq_len: int | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
-    axes_dim: Sequence[int] | None = None,
+    axes_dim: Sequence[SupportsIndex] | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
@@ -213,12 +214,12 @@ def rope_cos_sin(
 
 
 def rope_frequencies(
-    head_dim: int,
+    head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
     rope_parameters: Mapping[str, Any] | None = None,
-    max_position_embeddings: int | None = None,
-    seq_len: int | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
 ) -> tuple[npt.NDArray[np.float64], float]:
     """RoPE's frequencies ``inv_freq`` and attention factor, as a model's config sets them.
 

@@ -38,7 +38,7 @@ DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 # The schemes last read, by their inputs, and their frequencies, by Scheme.key: the
 # same inputs give the same scheme and frequencies, so a table does not pay again
 # for reading a config and for the frequencies' double-double arithmetic.
-_SCHEMES: dict[Any, "Scheme"] = {}
+_SCHEMES: dict[Any, Scheme] = {}
 _MADE: dict[Any, npt.NDArray[np.float64]] = {}
 _KEPT_AT_MOST = 64
 

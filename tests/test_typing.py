@@ -1,0 +1,23 @@
+"""The typed signatures: the choices the type checkers know are the ones the
+runtime reads, and the typed user script runs (mypy --strict checks it in the lint
+stage)."""
+
+from __future__ import annotations
+
+import typing
+
+from cpe import _conventions, _grids, _rope, _typing
+from typed_usage import every_call
+
+
+def test_the_literal_choices_are_the_runtime_choices():
+    assert typing.get_args(_typing.Layout) == tuple(_conventions.LAYOUTS)
+    assert typing.get_args(_typing.Convention) == tuple(_conventions.CONVENTIONS)
+    assert typing.get_args(_typing.RopeLayout) == _rope.ROPE_LAYOUTS
+    assert typing.get_args(_typing.GridLayout) == _grids.GRID_LAYOUTS
+
+
+def test_the_typed_user_script_runs():
+    results = every_call()
+    assert len(results) == 15
+    assert all(result.size for result in results)

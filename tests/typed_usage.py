@@ -1,0 +1,42 @@
+"""A user's script that calls every public function as the runtime accepts it:
+``mypy --strict`` checks it (.ci/stages/10-lint.sh), and test_typing runs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import cpe
+
+
+def every_call() -> list[npt.NDArray[Any]]:
+    width = np.int64(16)  # NumPy integers (SupportsIndex) wherever a count goes
+    out = np.empty((4, 8))
+    results = [
+        cpe.positional_encoding(3, width),
+        cpe.positional_encoding(np.arange(5), 8, layout="sin_cos", dtype=np.float32),
+        cpe.positional_encoding(2.5, 8, convention="fairseq"),
+        cpe.positional_encoding_table(np.int64(4), 8, start=np.int64(2), out=out),
+        cpe.positional_encoding_table(4, 8, freq_shift=1.0, scale=0.5, base=100.0),
+        cpe.sincos_2d(np.int32(2), 3, 16, layout="timm", extra_tokens=np.int64(1)),
+        cpe.sincos_2d(2, 3, 16, freq_shift=1, dtype="float32"),
+        cpe.sincos_3d(2, 2, 3, np.int64(32), temporal_interpolation_scale=2.0),
+    ]
+    cos, sin = cpe.rope_cos_sin(np.int64(8), width, start=np.int64(100), layout="interleaved")
+    scaled = cpe.rope_cos_sin(
+        np.arange(6).reshape(2, 3),
+        64,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+        },
+        max_position_embeddings=np.int64(16384),
+        seq_len=np.int64(10),
+    )
+    axial = cpe.rope_cos_sin(np.zeros((5, 3)), 16, axes_dim=[np.int64(4), 6, 6])
+    inv_freq, attention_factor = cpe.rope_frequencies(np.int64(64), base=500000.0)
+    assert isinstance(attention_factor, float)
+    return [*results, cos, sin, *scaled, *axial, inv_freq]
