@@ -1,7 +1,8 @@
 """A downstream Cython package can ``cimport cpe.kernels`` from the installed cpe.
 
 The test copies a small downstream package (``tests/cython_example/``: one Cython
-module and its ``setup.py``) to a temporary folder, builds it with setuptools and
+module, its ``pyproject.toml``, ``setup.py`` and ``MANIFEST.in``) to a temporary
+folder, builds its sdist and then its wheel from that sdist with setuptools and
 Cython in a subprocess of this interpreter (no build isolation: it
 compiles against the cpe installed here, through the ``kernels.pxd`` that ships in
 the package), imports it and checks that the kernels it calls without the GIL give
@@ -20,7 +21,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import textwrap
+import zipfile
 from types import ModuleType
 
 import numpy as np
@@ -29,7 +32,7 @@ import pytest
 import cpe
 
 # A small downstream package, as real files: a Cython module that cimports
-# cpe.kernels and its setup.py.
+# cpe.kernels, its pyproject.toml, setup.py and MANIFEST.in.
 EXAMPLE = pathlib.Path(__file__).resolve().parent / "cython_example"
 
 
@@ -51,22 +54,39 @@ def _has_c_compiler() -> bool:
     return shutil.which(shlex.split(command)[0]) is not None
 
 
+def _build(folder: pathlib.Path, hook: str, target: pathlib.Path) -> pathlib.Path:
+    """Run setuptools' PEP 517 ``hook`` in ``folder`` (this interpreter, no build
+    isolation: against the cpe installed here); the file it made in ``target``."""
+    target.mkdir()
+    script = f"from setuptools import build_meta; print(build_meta.{hook}({str(target)!r}))"
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, f"downstream {hook} failed:\n{run.stdout}\n{run.stderr}"
+    return target / run.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def downstream(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """The example package, built as a user's package is: its sdist, then its wheel
+    from the unpacked sdist; the module imported from the wheel."""
     if not _has_c_compiler():
         pytest.skip("no C compiler found: cannot build a downstream Cython extension")
-    folder = tmp_path_factory.mktemp("downstream")
-    for name in ("downstream.pyx", "setup.py"):  # built in a copy: no build files here
-        shutil.copy(EXAMPLE / name, folder / name)
-    build = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--inplace"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert build.returncode == 0, f"downstream build failed:\n{build.stdout}\n{build.stderr}"
-    built = [path for path in folder.iterdir() if path.name.startswith("downstream.")]
+    root = tmp_path_factory.mktemp("downstream")
+    source = root / "source"  # a copy: no build files in the tests' folder
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("*.c", "*.so", "build"))
+    sdist = _build(source, "build_sdist", root / "sdist")
+    with tarfile.open(sdist) as archive:
+        # (the "data" filter where this Python has it: the default from 3.14)
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        archive.extractall(root / "unpacked", **safe)
+        names = {name.split("/", 1)[-1] for name in archive.getnames()}
+    assert {"downstream.pyx", "setup.py", "pyproject.toml"} <= names, names
+    unpacked = next((root / "unpacked").iterdir())
+    wheel = _build(unpacked, "build_wheel", root / "wheel")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(root / "installed")
+    built = list((root / "installed").glob("downstream.*"))
     extension = next((path for path in built if path.suffix in {".so", ".pyd"}), None)
     assert extension is not None, f"no extension module among {built}"
     spec = importlib.util.spec_from_file_location("downstream", extension)

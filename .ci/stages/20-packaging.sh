@@ -139,7 +139,8 @@ for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST
                  "tests/reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",
                  "tests/capi_signatures.json", "tests/cython_example/downstream.pyx",
-                 "tests/cython_example/setup.py", "docs/heatmap.png", "docs/c-api.md"]:
+                 "tests/cython_example/setup.py", "tests/cython_example/pyproject.toml",
+                 "tests/cython_example/MANIFEST.in", "docs/heatmap.png", "docs/c-api.md"]:
     if required not in sdist_files:
         problems.append(f"sdist: missing {required}")
 for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/kernels.pyi", "cpe/py.typed",

@@ -1,7 +1,4 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-setup(
-    name="cpe-downstream-example",
-    ext_modules=cythonize([Extension("downstream", ["downstream.pyx"])]),
-)
+setup(ext_modules=cythonize([Extension("downstream", ["downstream.pyx"])]))
