@@ -350,6 +350,21 @@ def test_transformers_float32_tables_lose_long_positions_and_cpe_does_not(torch)
     assert np.abs(cos32 - exact_cos).max() <= 3.0e-8
 
 
+@pytest.mark.parametrize("name", ["float64", "float32", "float16"])
+def test_torch_dtypes_name_the_numpy_dtypes(torch, name):
+    as_torch, as_numpy = getattr(torch, name), np.dtype(name)
+    table = cpe.positional_encoding_table(5, 8, start=3, dtype=as_torch)
+    assert table.dtype == as_numpy
+    np.testing.assert_array_equal(table, cpe.positional_encoding_table(5, 8, start=3, dtype=name))
+    cos, _ = cpe.rope_cos_sin(4, 8, dtype=as_torch)
+    assert cos.dtype == as_numpy
+    assert cpe.sincos_2d(2, 2, 8, dtype=as_torch).dtype == as_numpy
+    with pytest.raises(
+        TypeError, match=r"dtype must be float64, float32 or float16, got torch\.int64"
+    ):
+        cpe.positional_encoding(3, 8, dtype=torch.int64)
+
+
 # ---- multimodal and axial RoPE ----
 
 

@@ -377,3 +377,15 @@ def test_sequences_of_numpy_scalars_and_0d_arrays_are_positions():
     mixed = [np.float32(1.5), np.int64(3), np.array(2.0), np.array(7), 4, 5.5, 6]
     expected = cpe.positional_encoding(np.array([1.5, 3, 2, 7, 4, 5.5, 6]), 8)
     np.testing.assert_array_equal(cpe.positional_encoding(mixed, 8), expected)
+
+
+def test_importing_and_using_cpe_never_imports_torch():
+    # torch's dtypes are read by name, so that cpe stays as light as NumPy.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cpe; cpe.positional_encoding(3, 8, dtype='float32'); "
+        "cpe.rope_cos_sin(4, 8); cpe.sincos_2d(2, 2, 8); assert 'torch' not in sys.modules"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

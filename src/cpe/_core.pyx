@@ -171,7 +171,8 @@ cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
 
 cpdef object as_dtype(dtype):
     """``dtype`` as one of the three dtype objects (compared by identity later),
-    or a TypeError naming it."""
+    or a TypeError naming it. PyTorch's dtypes are read by their names: cpe never
+    imports torch."""
     if dtype is _NP_FLOAT64_TYPE:  # the default
         return _FLOAT64
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
@@ -187,6 +188,10 @@ cpdef object as_dtype(dtype):
         raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
     if type(dtype) is type:  # hashable, compared by value
         known = _DTYPE_NAMES.get(dtype)
+        if known is not None:
+            return known
+    if type(dtype).__module__ == "torch":  # torch.float32 and the like, by name
+        known = _DTYPE_NAMES.get(str(dtype).removeprefix("torch."))
         if known is not None:
             return known
     # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
