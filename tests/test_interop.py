@@ -368,6 +368,13 @@ def test_torch_dtypes_name_the_numpy_dtypes(torch, name):
 # ---- multimodal and axial RoPE ----
 
 
+def _same_frequencies(rotary, head_dim, params):
+    """The module's frequencies within float32 rounding, its factor to 1e-12."""
+    inv_freq, factor = cpe.rope_frequencies(head_dim, rope_parameters=params)
+    np.testing.assert_allclose(inv_freq, rotary.inv_freq.double().numpy(), rtol=2.4e-7)
+    assert factor == pytest.approx(rotary.attention_scaling, rel=1e-12, abs=0)
+
+
 def _thw_ids(torch, batch, seq, seed):
     """Position ids (3, batch, seq) as Qwen-VL's get_rope_index gives them: text
     positions on every axis, then a grid of image tokens."""
@@ -389,6 +396,7 @@ def test_transformers_qwen2_vl_multimodal_rotary_embedding(torch, theta):
     assert cos.shape == tuple(theirs_cos.shape) == (2, 9, 128)
     np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
     np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+    _same_frequencies(rotary, 128, config.rope_parameters)
 
 
 def test_transformers_qwen3_vl_interleaved_multimodal_rotary_embedding(torch):
@@ -410,6 +418,7 @@ def test_transformers_qwen3_vl_interleaved_multimodal_rotary_embedding(torch):
     cos, sin = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=config.rope_parameters)
     np.testing.assert_allclose(cos, theirs_cos.numpy(), rtol=0, atol=1e-4)
     np.testing.assert_allclose(sin, theirs_sin.numpy(), rtol=0, atol=1e-4)
+    _same_frequencies(rotary, 128, config.rope_parameters)
     # The sections' layout gives other tables: the interleaving is read.
     runs = {**params, "mrope_interleaved": False}
     sections = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=runs)
