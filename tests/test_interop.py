@@ -7,6 +7,8 @@ against mpmath in test_accuracy.py.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -363,6 +365,69 @@ def test_torch_dtypes_name_the_numpy_dtypes(torch, name):
         TypeError, match=r"dtype must be float64, float32 or float16, got torch\.int64"
     ):
         cpe.positional_encoding(3, 8, dtype=torch.int64)
+
+
+def _calls(torch):
+    """(call, the shape of its output) for every public function, float32."""
+    f32 = np.float32
+    return [
+        (lambda out: cpe.positional_encoding(7, 16, dtype=f32, out=out), (16,)),
+        (lambda out: cpe.positional_encoding(np.arange(6), 16, dtype=f32, out=out), (6, 16)),
+        (lambda out: cpe.positional_encoding_table(6, 16, start=9, dtype=f32, out=out), (6, 16)),
+        (lambda out: cpe.sincos_2d(2, 3, 16, dtype=f32, out=out), (6, 16)),
+        (lambda out: cpe.sincos_3d(2, 1, 3, 32, dtype=f32, out=out), (2, 3, 32)),
+    ]
+
+
+def test_torch_tensors_as_out_are_filled_and_returned(torch):
+    for call, shape in _calls(torch):
+        tensor = torch.full(shape, 7.0)
+        assert call(tensor) is tensor
+        np.testing.assert_array_equal(tensor.numpy(), call(None))
+    cos, sin = torch.empty(5, 8), torch.empty(5, 8)
+    got = cpe.rope_cos_sin(5, 8, start=3, dtype=np.float32, out=(cos, sin))
+    assert got[0] is cos
+    assert got[1] is sin
+    want = cpe.rope_cos_sin(5, 8, start=3, dtype=np.float32)
+    np.testing.assert_array_equal(sin.numpy(), want[1])
+    ids = torch.tensor([[3, 1], [4, 1], [5, 9]])
+    multimodal = (torch.empty(2, 8, dtype=torch.float64), torch.empty(2, 8, dtype=torch.float64))
+    params = {"mrope_section": [2, 1, 1]}
+    assert cpe.rope_cos_sin(ids, 8, rope_parameters=params, out=multimodal) is multimodal
+    np.testing.assert_array_equal(
+        multimodal[0].numpy(), cpe.rope_cos_sin(ids.numpy(), 8, rope_parameters=params)[0]
+    )
+
+
+def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
+    call, shape = _calls(torch)[2]
+    wrong = {
+        "requires grad": (torch.full(shape, 7.0, requires_grad=True), TypeError, "require grad"),
+        "not contiguous": (torch.full(shape[::-1], 7.0).t(), ValueError, "C-contiguous"),
+        "other dtype": (torch.full(shape, 7.0, dtype=torch.float64), TypeError, "dtype float32"),
+        "other shape": (torch.full((3, 16), 7.0), ValueError, "shape (6, 16)"),
+        "bfloat16": (torch.full(shape, 7.0, dtype=torch.bfloat16), TypeError, "DLPack"),
+    }
+    for name, (tensor, error, text) in wrong.items():
+        with pytest.raises(error, match=re.escape(text)):
+            call(tensor)
+        assert bool((tensor.detach() == 7.0).all()), name
+
+
+def test_position_tensors_that_require_grad_are_read_as_values(torch):
+    ids = torch.tensor([[0.0, 5.0, 17.5]], requires_grad=True)
+    np.testing.assert_array_equal(
+        cpe.positional_encoding(ids, 8), cpe.positional_encoding([[0.0, 5.0, 17.5]], 8)
+    )
+    cos, _ = cpe.rope_cos_sin(
+        ids, 8, rope_parameters={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=8
+    )
+    want, _ = cpe.rope_cos_sin(
+        ids.detach().numpy(), 8, rope_parameters={"rope_type": "dynamic", "factor": 2.0},
+        max_position_embeddings=8,
+    )  # fmt: skip
+    np.testing.assert_array_equal(cos, want)
+    assert ids.grad is None
 
 
 # ---- multimodal and axial RoPE ----

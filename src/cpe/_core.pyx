@@ -277,9 +277,13 @@ cdef object _reject_masked(position, str name):
 
 
 cpdef object as_positions(position, str name):
-    """Positions as an array of real numbers, neither scanned nor copied yet."""
+    """Positions as an array of real numbers, neither scanned nor copied yet. A
+    tensor that requires grad is read as its values (positions are not
+    differentiated; detach() copies nothing)."""
     if isinstance(position, (bool, np.bool_)):
         raise TypeError(f"{name} must be a real number or an array of them, got bool")
+    if getattr(position, "requires_grad", False) is True and hasattr(position, "detach"):
+        position = position.detach()
     _reject_masked(position, name)
     try:
         arr = np.asarray(position)
@@ -477,7 +481,7 @@ cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
             raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
         return _new_array(shape, dt)
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+        out = _shared_array(out, name)
     cdef cnp.ndarray array = out
     descr = <object>cnp.PyArray_DESCR(array)
     if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
@@ -492,6 +496,23 @@ cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
     if too_large:  # out= exists, but its float64 working buffer cannot
         raise ValueError(f"{sizes}: the output of shape {shape} is too large to allocate")
     return out
+
+
+cdef object _shared_array(out, str name):
+    """An ``out=`` of another library (a CPU tensor, say) as a NumPy array of its
+    memory, through DLPack, which never copies: the checks then read that array.
+    One that requires grad is refused: cpe writes into it behind autograd."""
+    if not hasattr(out, "__dlpack__"):
+        raise TypeError(f"{name} must be a numpy.ndarray or a CPU array that supports DLPack "
+                        f"(a torch tensor, say), got {type(out).__name__}")
+    if getattr(out, "requires_grad", False) is True:
+        raise TypeError(f"{name} must not require grad: cpe would write into it unseen by "
+                        "autograd")
+    try:
+        return np.from_dlpack(out)
+    except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
+        raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
+                        f"DLPack, got {type(out).__name__} ({exc})") from None
 
 
 def _overlap(cnp.ndarray a, cnp.ndarray b):
@@ -924,12 +945,14 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     if _scalar_position(position, &p):  # without a detour through an array
         result = prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
-        return _encode(result, dt, &p, 0.0, 1, enc, "position")
+        _encode(result, dt, &p, 0.0, 1, enc, "position")
+        return result if out is None else out  # (out= itself, a tensor say)
     arr = as_positions(position, "position")
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
     enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
     pos = _positions_float64(arr, "position")
-    return _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position")
+    _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position")
+    return result if out is None else out
 
 
 positional_encoding.__doc__ = """\
@@ -1000,7 +1023,8 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef double s = as_real(scale, "scale")
     result = prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
-    return _encode(result, dt, NULL, float(first), rows, enc, "start and n")
+    _encode(result, dt, NULL, float(first), rows, enc, "start and n")
+    return result if out is None else out
 
 
 positional_encoding_table.__doc__ = """\
@@ -1170,8 +1194,8 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
         cos, sin = both[0].reshape(shape), both[1].reshape(shape)
     cdef _Encoding enc = _rope_encoding(head_dim, b, given, n != 0)
     if n == 0:
-        return cos, sin
+        return (cos, sin) if out is None else out
     cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
     _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved, amplitude,
                  "n (the positions)")
-    return cos, sin
+    return (cos, sin) if out is None else out  # (out= itself: tensors, say)

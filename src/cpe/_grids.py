@@ -163,13 +163,13 @@ def sincos_2d(
     view = np.asarray(result)
     if not rows or not columns:  # no grid tokens: no axis to encode, however long
         view[:extra] = 0
-        return result
+        return result if out is None else out
     enc_h, enc_w = _axes(
         rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}", shift
     )
     view[:extra] = 0
     _fill_grid(view[extra:], enc_h, enc_w, layout)
-    return result
+    return result if out is None else out
 
 
 def _fill_grid(
@@ -276,7 +276,7 @@ def sincos_3d(
     time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
     space_step = _step(1.0, None, space_scale, "spatial_interpolation_scale")
     if not (frames and rows and columns):  # nothing to encode, however long an axis
-        return result
+        return result if out is None else out
     # Every axis is encoded (and its coordinates checked) before out is written.
     time_width = width // 4
     enc_t = axis_encoding(
@@ -300,4 +300,4 @@ def sincos_3d(
         space,
         [(0, 0, 0, time_width), (1, 0, time_width, width - time_width)],
     )
-    return result
+    return result if out is None else out

@@ -394,7 +394,7 @@ def _side_by_side(
     for (*_, columns), (part_cos, part_sin) in zip(parts, tables, strict=True):
         np.asarray(cos)[..., columns] = part_cos
         np.asarray(sin)[..., columns] = part_sin
-    return cos, sin
+    return (cos, sin) if out is None else out
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
@@ -447,7 +447,7 @@ def _length(n: Any, start: Any, counted: bool) -> float | None:
     try:
         if counted:
             return float(as_start(start) + operator.index(n))
-        positions = np.asarray(n)
+        positions = as_positions(n, "n")
     except (TypeError, ValueError, OverflowError):
         return None
     if positions.dtype.kind not in "iuf":  # (complex, bool, objects: refused later)
@@ -491,7 +491,7 @@ def _rope_table(
     _fill_rope(
         cos, sin, first, b, used.frequencies, kernel_layout == "interleaved", used.attention_factor
     )
-    return cos, sin
+    return (cos, sin) if out is None else out
 
 
 def _check_no_offset(start: Any) -> None:
