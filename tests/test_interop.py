@@ -414,6 +414,38 @@ def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
         assert bool((tensor.detach() == 7.0).all()), name
 
 
+def test_autograd_sees_what_cpe_writes_into_a_tensor(torch):
+    # A tensor that autograd saved for the backward pass, then refilled by cpe:
+    # as after an in-place torch operation, backward refuses the stale values.
+    weights = torch.ones(5, 8, dtype=torch.float64, requires_grad=True)
+    saved = torch.zeros(5, 8, dtype=torch.float64)
+    loss = (weights * saved).sum()
+    cpe.positional_encoding(np.arange(5), 8, out=saved)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    cos, sin = torch.zeros(3, 8), torch.zeros(3, 8)
+    loss = (weights[:3].float() * sin).sum()
+    cpe.rope_cos_sin(3, 8, dtype=np.float32, out=(cos, sin))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_lazily_negated_views_are_refused_untouched(torch):
+    negated = torch.zeros(1, dtype=torch.complex128).conj().imag  # reads as -(its memory)
+    assert negated.is_neg()
+    with pytest.raises(TypeError, match="lazily negated or conjugated view"):
+        cpe.positional_encoding(1.0, 1, out=negated)
+    assert float(negated[0]) == 0.0
+
+
+def test_frequencies_that_require_grad_are_read_as_values(torch):
+    inv_freq = torch.tensor([1.0, 0.5, 0.25, 0.125], dtype=torch.float64, requires_grad=True)
+    np.testing.assert_array_equal(
+        cpe.rope_cos_sin(4, 8, inv_freq=inv_freq)[1],
+        cpe.rope_cos_sin(4, 8, inv_freq=[1.0, 0.5, 0.25, 0.125])[1],
+    )
+
+
 def test_position_tensors_that_require_grad_are_read_as_values(torch):
     ids = torch.tensor([[0.0, 5.0, 17.5]], requires_grad=True)
     np.testing.assert_array_equal(

@@ -503,6 +503,23 @@ def test_frequencies_follow_the_parameters_whatever_was_computed_before():
     before = cpe.rope_frequencies(64, rope_parameters=in_place, **kwargs)[0]
     array_factors[0] = 50.0
     assert cpe.rope_frequencies(64, rope_parameters=in_place, **kwargs)[0][0] != before[0]
+    # 0.0 and -0.0 compare equal but give other bits: each is read as given.
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    plus = cpe.rope_cos_sin(2, 4, rope_parameters={**yarn, "attention_factor": 0.0})
+    minus = cpe.rope_cos_sin(2, 4, rope_parameters={**yarn, "attention_factor": -0.0})
+    assert not np.signbit(plus[0]).any()
+    assert np.signbit(minus[0]).all()
+    # Inputs that cannot be kept are read (and refused) on every call.
+    nested: list[object] = []
+    nested.append(nested)
+    with pytest.raises(TypeError, match="short_factor"):
+        cpe.rope_frequencies(
+            8,
+            rope_parameters={"rope_type": "longrope", "short_factor": nested,
+                             "long_factor": [1.0] * 4, "original_max_position_embeddings": 8},
+        )  # fmt: skip
+    with pytest.raises(TypeError, match="base"):
+        cpe.rope_cos_sin(1, 4, base=nested, rope_parameters={"rope_type": "linear", "factor": 2.0})
     # The request's length is part of what dynamic's frequencies are made from.
     dynamic, mpe, _ = SCHEMES["dynamic long"]
     kwargs = {"rope_parameters": dynamic, "max_position_embeddings": mpe}

@@ -1,10 +1,12 @@
 from collections.abc import Callable
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from cpe._typing import Convention, Layout
+
+_T = TypeVar("_T")
 
 def positional_encoding(
     position: npt.ArrayLike,
@@ -54,6 +56,7 @@ def axis_encoding(
     freq_shift: float = 0.0,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def as_positions(position: object, name: str) -> npt.NDArray[Any]: ...
+def written(out: _T) -> _T: ...
 def given_encoding(width: int, w: npt.NDArray[np.float64]) -> object: ...
 def paper_frequencies(width: int, base: float) -> npt.NDArray[np.float64]: ...
 def _fill_rope(

@@ -506,13 +506,38 @@ cdef object _shared_array(out, str name):
         raise TypeError(f"{name} must be a numpy.ndarray or a CPU array that supports DLPack "
                         f"(a torch tensor, say), got {type(out).__name__}")
     if getattr(out, "requires_grad", False) is True:
-        raise TypeError(f"{name} must not require grad: cpe would write into it unseen by "
+        raise TypeError(f"{name} must not require grad: cpe would write into it behind "
                         "autograd")
+    for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
+        if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
+            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
+                            "first (resolve_neg(), resolve_conj() or clone())")
     try:
-        return np.from_dlpack(out)
+        shared = np.from_dlpack(out)
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
                         f"DLPack, got {type(out).__name__} ({exc})") from None
+    if not shared.flags.writeable:
+        raise TypeError(f"{name}: NumPy {np.__version__} shares {type(out).__name__} memory "
+                        "read-only through DLPack (NumPy 2.2 and newer, writable); pass a "
+                        "numpy.ndarray of it instead")
+    return shared
+
+
+cpdef object written(out):
+    """``out`` once cpe has written into it: torch tensors get their version counter
+    bumped, as by an in-place torch operation, so that autograd refuses values it
+    saved before (torch is in sys.modules, as a tensor exists: cpe imports nothing).
+    A tuple (RoPE's cos and sin): each of its arrays."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return out
+    bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
+                   "increment_version", None)
+    for array in (out if type(out) is tuple else (out,)):
+        if bump is not None and isinstance(array, torch.Tensor):
+            bump(array)
+    return out
 
 
 def _overlap(cnp.ndarray a, cnp.ndarray b):
@@ -946,13 +971,13 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
         result = prepare_out(out, (width,), dt, "D")
         enc = _encoding(width, b, s, convention, layout, freq_shift, True)
         _encode(result, dt, &p, 0.0, 1, enc, "position")
-        return result if out is None else out  # (out= itself, a tensor say)
+        return result if out is None else written(out)  # (out= itself, a tensor say)
     arr = as_positions(position, "position")
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
     enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
     pos = _positions_float64(arr, "position")
     _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position")
-    return result if out is None else out
+    return result if out is None else written(out)
 
 
 positional_encoding.__doc__ = """\
@@ -1024,7 +1049,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     result = prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
     _encode(result, dt, NULL, float(first), rows, enc, "start and n")
-    return result if out is None else out
+    return result if out is None else written(out)
 
 
 positional_encoding_table.__doc__ = """\
@@ -1194,8 +1219,8 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
         cos, sin = both[0].reshape(shape), both[1].reshape(shape)
     cdef _Encoding enc = _rope_encoding(head_dim, b, given, n != 0)
     if n == 0:
-        return (cos, sin) if out is None else out
+        return (cos, sin) if out is None else written(out)
     cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
     _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved, amplitude,
                  "n (the positions)")
-    return (cos, sin) if out is None else out  # (out= itself: tensors, say)
+    return (cos, sin) if out is None else written(out)  # (out= itself: tensors, say)

@@ -14,7 +14,15 @@ import numpy as np
 import numpy.typing as npt
 
 from cpe._conventions import is_one_of
-from cpe._core import as_base, as_count, as_dtype, as_real, axis_encoding, prepare_out
+from cpe._core import (
+    as_base,
+    as_count,
+    as_dtype,
+    as_real,
+    axis_encoding,
+    prepare_out,
+    written,
+)
 from cpe._typing import GridLayout
 from cpe.kernels import _tile_rows
 
@@ -163,13 +171,13 @@ def sincos_2d(
     view = np.asarray(result)
     if not rows or not columns:  # no grid tokens: no axis to encode, however long
         view[:extra] = 0
-        return result if out is None else out
+        return result if out is None else written(out)
     enc_h, enc_w = _axes(
         rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}", shift
     )
     view[:extra] = 0
     _fill_grid(view[extra:], enc_h, enc_w, layout)
-    return result if out is None else out
+    return result if out is None else written(out)
 
 
 def _fill_grid(
@@ -276,7 +284,7 @@ def sincos_3d(
     time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
     space_step = _step(1.0, None, space_scale, "spatial_interpolation_scale")
     if not (frames and rows and columns):  # nothing to encode, however long an axis
-        return result if out is None else out
+        return result if out is None else written(out)
     # Every axis is encoded (and its coordinates checked) before out is written.
     time_width = width // 4
     enc_t = axis_encoding(
@@ -300,4 +308,4 @@ def sincos_3d(
         space,
         [(0, 0, 0, time_width), (1, 0, time_width, width - time_width)],
     )
-    return result if out is None else out
+    return result if out is None else written(out)

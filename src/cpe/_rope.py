@@ -24,6 +24,7 @@ from cpe._core import (
     prepare_out,
     rope_outputs,
     table_start,
+    written,
 )
 from cpe._scaling import Scheme, scheme, sections_of
 from cpe._typing import RopeLayout
@@ -394,7 +395,7 @@ def _side_by_side(
     for (*_, columns), (part_cos, part_sin) in zip(parts, tables, strict=True):
         np.asarray(cos)[..., columns] = part_cos
         np.asarray(sin)[..., columns] = part_sin
-    return (cos, sin) if out is None else out
+    return (cos, sin) if out is None else written(out)
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
@@ -424,9 +425,11 @@ def _head_dim(head_dim: Any) -> int:
 
 def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
     """``inv_freq=``: head_dim // 2 finite float64 frequencies, taken as exact."""
+    if getattr(inv_freq, "requires_grad", False) is True and hasattr(inv_freq, "detach"):
+        inv_freq = inv_freq.detach()  # (read as values, as positions are)
     try:
         given = np.asarray(inv_freq)
-    except (TypeError, ValueError):  # ragged
+    except Exception:  # ragged, or a tensor NumPy cannot read (refused below)
         given = np.asarray(None)
     if given.dtype.kind not in "iuf":
         raise TypeError(f"inv_freq must be an array of real numbers, got {given.dtype} values")
@@ -491,7 +494,7 @@ def _rope_table(
     _fill_rope(
         cos, sin, first, b, used.frequencies, kernel_layout == "interleaved", used.attention_factor
     )
-    return (cos, sin) if out is None else out
+    return (cos, sin) if out is None else written(out)
 
 
 def _check_no_offset(start: Any) -> None:

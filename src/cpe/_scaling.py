@@ -41,6 +41,7 @@ DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 _SCHEMES: dict[Any, Scheme] = {}
 _MADE: dict[Any, npt.NDArray[np.float64]] = {}
 _KEPT_AT_MOST = 64
+_FROZEN_AT_MOST = 4096  # values of a sequence (longrope's factors: one per frequency)
 
 
 Blend = Callable[["DD"], "DD"]
@@ -64,8 +65,8 @@ class Scheme:
     # in runs or interleaved (see sections_of); None for one axis.
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
-    # What the frequencies are made from (hashable: the inputs and the request's
-    # length, if read), under which they are kept in _MADE; None: made every call.
+    # What the frequencies are made from (hashable), under which they are kept in
+    # _MADE; None: made on every call.
     key: Any = None
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
@@ -244,7 +245,7 @@ def scheme(
     the request's length)."""
     try:
         inputs = _frozen((head_dim, base, rope_parameters, max_position_embeddings, seq_len))
-    except TypeError:  # (an unhashable value): read on every call
+    except (TypeError, RecursionError):  # (not kept: read, and checked, on every call)
         inputs = None
     kept = _SCHEMES.get(inputs) if inputs is not None else None
     if kept is not None:
@@ -256,11 +257,12 @@ def scheme(
         return asked[-1]
 
     used = _read(head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length)
-    if inputs is not None:
+    # A scheme that reads the request's length (dynamic, longrope) is made again
+    # for every request: keeping one per length would evict the others.
+    if inputs is not None and not asked:
         if used.make is not None:
-            used = replace(used, key=(inputs, tuple(asked)))
-        if not asked:
-            _keep(_SCHEMES, inputs, used)
+            used = replace(used, key=inputs)
+        _keep(_SCHEMES, inputs, used)
     return used
 
 
@@ -292,21 +294,25 @@ def _read(
 
 
 def _frozen(value: Any) -> Any:
-    """A hashable image of ``value`` made of immutable values only (Python's and
-    NumPy's scalars, with their types, so that inputs that compare equal but are
-    read apart, such as 1 and True, stay apart); a TypeError for anything else
-    (an object hashed by identity, such as a tensor, may change in place)."""
+    """A hashable image of ``value`` made of immutable values only, each with its
+    type and exact bits (so that inputs read apart, such as 1 and True, or 0.0
+    and -0.0, stay apart); a TypeError for anything else (an object hashed by
+    identity, such as a tensor, may change in place) and for long sequences."""
     kind = type(value)
-    if kind is float or kind is int or kind is str or kind is bool or value is None:
+    if kind is int or kind is str or kind is bool or value is None:
         return (kind, value)  # (the usual values, at once)
+    if kind is float:
+        return (kind, value.hex())
     if kind is list or kind is tuple:
+        if len(value) > _FROZEN_AT_MOST:
+            raise TypeError("not kept: a long sequence")
         return ("sequence", tuple(map(_frozen, value)))
     if isinstance(value, Mapping):
         return ("mapping", tuple(sorted((str(k), _frozen(v)) for k, v in value.items())))
-    if isinstance(value, np.ndarray):
+    if kind is np.ndarray and value.ndim == 1 and value.size <= _FROZEN_AT_MOST:
         return ("array", tuple(map(_frozen, value)))
     if isinstance(value, np.generic):
-        return (kind, value)
+        return (kind, value.tobytes())
     raise TypeError(f"not kept: a {kind.__name__}")
 
 
