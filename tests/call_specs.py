@@ -962,13 +962,16 @@ def _rope_bound(a: Mapping[str, Any], peak: bool = False) -> float:
     reach = _table_reach(a) if isinstance(n, int) else _largest(np.asarray(n))
     if not reach:
         return 0.0
+    seq_len = a.get("seq_len")
+    if seq_len is None:  # the request's length, as cpe and the oracle take it
+        seq_len = a.get("start", 0) + n if isinstance(n, int) else float(np.max(n)) + 1
     with np.errstate(all="ignore"):
         w, attention = _reference.rope_scheme_frequencies(
             a["head_dim"],
             a.get("base", 10000.0),
             a.get("rope_parameters"),
             a.get("max_position_embeddings"),
-            a.get("seq_len"),
+            seq_len,
         )
         w = np.abs(w)
         if peak:
