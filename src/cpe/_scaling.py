@@ -256,7 +256,16 @@ def scheme(
         asked.append(default_seq_len())
         return asked[-1]
 
-    used = _read(head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length)
+    used = _frequencies(
+        head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length
+    )
+    if rope_parameters is not None and rope_parameters.get("mrope_section") is not None:
+        read = _Parameters(rope_parameters, _rope_type(rope_parameters))
+        used = replace(used, **_sections(read, used.width // 2))
+    elif rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
+        raise ValueError(
+            "rope_parameters['mrope_interleaved'] needs rope_parameters['mrope_section']"
+        )
     # A scheme that reads the request's length (dynamic, longrope) is made again
     # for every request: keeping one per length would evict the others.
     if inputs is not None and not asked:
@@ -270,27 +279,6 @@ def _keep(kept: dict[Any, Any], key: Any, value: Any) -> None:
     if len(kept) >= _KEPT_AT_MOST:  # a few schemes are in use at a time
         kept.clear()
     kept[key] = value
-
-
-def _read(
-    head_dim: int,
-    base: Any,
-    rope_parameters: Mapping[str, Any] | None,
-    max_position_embeddings: Any,
-    seq_len: Any,
-    default_seq_len: Callable[[], float | None],
-) -> Scheme:
-    used = _frequencies(
-        head_dim, base, rope_parameters, max_position_embeddings, seq_len, default_seq_len
-    )
-    if rope_parameters is None or rope_parameters.get("mrope_section") is None:
-        if rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
-            raise ValueError(
-                "rope_parameters['mrope_interleaved'] needs rope_parameters['mrope_section']"
-            )
-        return used
-    read = _Parameters(rope_parameters, _rope_type(rope_parameters))
-    return replace(used, **_sections(read, used.width // 2))
 
 
 def _frozen(value: Any) -> Any:
