@@ -72,7 +72,7 @@ BAD_ARGUMENTS = [
     ({"base": 1j}, TypeError, "base must be a real number"),
     ({"base": True}, TypeError, "base must be a real number"),
     ({"base": [10000.0]}, TypeError, "base must be a real number"),
-    ({"dtype": np.int32}, TypeError, "dtype must be float64, float32 or float16"),
+    ({"dtype": np.int32}, TypeError, "dtype must be float64, float32, float16 or bfloat16"),
     ({"dtype": "complex128"}, TypeError, "dtype must be"),
     ({"dtype": "banana"}, TypeError, "dtype must be"),
     ({"dtype": ">f8"}, TypeError, "dtype must be"),

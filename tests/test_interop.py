@@ -362,7 +362,7 @@ def test_torch_dtypes_name_the_numpy_dtypes(torch, name):
     assert cos.dtype == as_numpy
     assert cpe.sincos_2d(2, 2, 8, dtype=as_torch).dtype == as_numpy
     with pytest.raises(
-        TypeError, match=r"dtype must be float64, float32 or float16, got torch\.int64"
+        TypeError, match=r"dtype must be float64, float32, float16 or bfloat16, got torch\.int64"
     ):
         cpe.positional_encoding(3, 8, dtype=torch.int64)
 
@@ -400,13 +400,14 @@ def test_torch_tensors_as_out_are_filled_and_returned(torch):
 
 
 def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
+    require("ml_dtypes")  # a bfloat16 tensor's dtype is read as ml_dtypes' bfloat16
     call, shape = _calls(torch)[2]
     wrong = {
         "requires grad": (torch.full(shape, 7.0, requires_grad=True), TypeError, "require grad"),
         "not contiguous": (torch.full(shape[::-1], 7.0).t(), ValueError, "C-contiguous"),
         "other dtype": (torch.full(shape, 7.0, dtype=torch.float64), TypeError, "dtype float32"),
         "other shape": (torch.full((3, 16), 7.0), ValueError, "shape (6, 16)"),
-        "bfloat16": (torch.full(shape, 7.0, dtype=torch.bfloat16), TypeError, "DLPack"),
+        "bfloat16": (torch.full(shape, 7.0, dtype=torch.bfloat16), TypeError, "dtype float32"),
     }
     for name, (tensor, error, text) in wrong.items():
         with pytest.raises(error, match=re.escape(text)):
@@ -577,6 +578,7 @@ def test_readme_torch_examples(torch):
     readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
     if not readme.exists():
         pytest.skip("README.md is not beside the tests (installed elsewhere)")
+    require("ml_dtypes")  # for the bfloat16 example
     blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.DOTALL)
     assert blocks
     test = doctest.DocTestParser().get_doctest(

@@ -31,7 +31,13 @@ keywords = st.one_of(
     st.builds(lambda base: {"base": base}, st.sampled_from([777.5, 1e6])),
 )
 widths = st.one_of(st.integers(1, 80), st.sampled_from([128, 129, 130, 512, 513, 2048]))
-dtypes = st.sampled_from([np.float64, np.float32, np.float16])
+try:  # the optional bfloat16 dtype, when its package is installed
+    import ml_dtypes
+
+    _BFLOAT16 = [ml_dtypes.bfloat16]
+except ImportError:
+    _BFLOAT16 = []
+dtypes = st.sampled_from([np.float64, np.float32, np.float16, *_BFLOAT16])
 # Starts near 0 (negative too), near the edges of the digit levels (65536, 2**20)
 # and far beyond them.
 starts = st.one_of(

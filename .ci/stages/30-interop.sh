@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cpe against the real packages whose conventions it reproduces (torch,
-# transformers, diffusers), in a venv of their own. CPE_REQUIRE_INTEROP=1 turns
-# a missing package into a failure instead of a skip.
+# transformers, diffusers) and with the optional bfloat16 dtype (ml_dtypes), in a
+# venv of their own. CPE_REQUIRE_INTEROP=1 turns a missing package into a failure
+# instead of a skip.
 set -euo pipefail
 venv="$CPE_CI_WORK/interop-venv"
 python3 -m venv "$venv"
@@ -13,5 +14,6 @@ python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --no-deps "timm==1.0.31"
 # vit-pytorch's package imports torchvision too: the test loads its simple_vit.py alone.
 "$venv/bin/python" -m pip install -q --no-deps "vit-pytorch==1.26.14" "einops==0.8.2"
-"$venv/bin/python" -m pip install -q ".[test]"
-CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py
+"$venv/bin/python" -m pip install -q ".[test,bfloat16]"
+CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py \
+    tests/test_bfloat16.py tests/test_invariance.py

@@ -19,6 +19,8 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport NAN, fabs, isfinite
+from libc.stdint cimport uint16_t, uint32_t
+from libc.string cimport memcpy
 
 from cpe._conventions import resolve as _resolve_convention
 from cpe.kernels cimport (
@@ -59,6 +61,9 @@ cdef object _NP_FLOAT64_TYPE = np.float64
 cdef object _NP_FLOAT32_TYPE = np.float32
 cdef object _NP_FLOAT16_TYPE = np.float16
 cdef object _NP_INT64_TYPE = np.int64
+# ml_dtypes' bfloat16 NumPy dtype (the one JAX uses), once a call has asked for it:
+# cpe's fourth dtype, for those who install that package.
+cdef object _BFLOAT16 = None
 
 
 def _max_ndim():
@@ -169,13 +174,31 @@ cdef dict _DTYPE_NAMES = _dtype_names()
 cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
 
 
+cdef object _bfloat16(str what):
+    """ml_dtypes' bfloat16 dtype, or an ImportError saying that ``what`` needs it."""
+    global _BFLOAT16
+    if _BFLOAT16 is None:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ImportError(f"{what} needs the ml_dtypes package, which gives NumPy its "
+                              "bfloat16 dtype: pip install ml_dtypes") from None
+        _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # one object: NumPy keeps it per type
+    return _BFLOAT16
+
+
+cdef str _DTYPES = "float64, float32, float16 or bfloat16"
+
+
 cpdef object as_dtype(dtype):
-    """``dtype`` as one of the three dtype objects (compared by identity later),
+    """``dtype`` as one of the four dtype objects (compared by identity later),
     or a TypeError naming it. PyTorch's dtypes are read by their names: cpe never
     imports torch."""
     if dtype is _NP_FLOAT64_TYPE:  # the default
         return _FLOAT64
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
+        return dtype
+    if dtype is _BFLOAT16 and dtype is not None:
         return dtype
     if type(dtype) is str:
         # Strings are read from the table alone: np.dtype warns about some
@@ -185,15 +208,20 @@ cpdef object as_dtype(dtype):
             known = _DTYPE_NAMES.get(dtype[1:])
         if known is not None:
             return known
-        raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
+        if dtype == "bfloat16":
+            return _bfloat16("dtype='bfloat16'")
+        raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
     if type(dtype) is type:  # hashable, compared by value
         known = _DTYPE_NAMES.get(dtype)
         if known is not None:
             return known
     if type(dtype).__module__ == "torch":  # torch.float32 and the like, by name
-        known = _DTYPE_NAMES.get(str(dtype).removeprefix("torch."))
+        name = str(dtype).removeprefix("torch.")
+        known = _DTYPE_NAMES.get(name)
         if known is not None:
             return known
+        if name == "bfloat16":
+            return _bfloat16("dtype=torch.bfloat16")
     # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
     # np.dtype raises TypeError, ValueError or even SyntaxError for what it cannot read.
     try:
@@ -203,7 +231,11 @@ cpdef object as_dtype(dtype):
     for canonical in (_FLOAT64, _FLOAT32, _FLOAT16):
         if dt is not None and dt == canonical:
             return canonical  # so that later checks are identity tests
-    raise TypeError(f"dtype must be float64, float32 or float16, got {dtype!r}")
+    # A bfloat16 NumPy knows of was registered by an imported ml_dtypes.
+    if dt is not None and dt.kind == "V" and dt.name == "bfloat16":
+        if dt == _bfloat16("dtype bfloat16"):
+            return _BFLOAT16
+    raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
 
 
 cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1:
@@ -288,8 +320,12 @@ cpdef object as_positions(position, str name):
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
-        raise TypeError(f"{name} must be a real number or an array of them: {exc}") from None
+        if str(getattr(position, "dtype", None)) != "torch.bfloat16":
+            raise TypeError(f"{name} must be a real number or an array of them: {exc}") from None
+        arr = np.asarray(position.float())  # bfloat16 values are float32 values
     kind = arr.dtype.kind
+    if kind == "V" and arr.dtype.name == "bfloat16":  # ml_dtypes' (JAX's): the same
+        arr, kind = arr.astype(np.float32), "f"
     if isinstance(position, (list, tuple)):
         _check_sequence(position, 1, kind == "f", name)
     if kind == "b":
@@ -347,10 +383,10 @@ cdef bint _all_below_exact_limit(cnp.ndarray pos):
 
 
 cdef bint _too_large(tuple shape, dt):
-    """Whether NumPy would refuse ``shape``, or the float64 buffer a float16 output
-    is computed in. NumPy refuses a shape whose non-zero extents multiply past the
+    """Whether NumPy would refuse ``shape``, or the float64 buffer a float16 or
+    bfloat16 output is computed in. NumPy refuses a shape whose non-zero extents multiply past the
     largest size even when another extent is 0, as in (0, 2**62)."""
-    # The values that fit (8 bytes each for float16 too), divided by each extent in
+    # The values that fit (8 bytes each for float16 and bfloat16 too), divided by each extent in
     # turn: C arithmetic, which cannot overflow. (Extents are ints, and may exceed
     # a Py_ssize_t when a caller multiplied counts, as grids do.)
     cdef int overflow = 0
@@ -512,6 +548,9 @@ cdef object _shared_array(out, str name):
         if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
             raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
                             "first (resolve_neg(), resolve_conj() or clone())")
+    bfloat16 = str(getattr(out, "dtype", None)) == "torch.bfloat16" and "torch" in sys.modules
+    if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
+        out = out.view(sys.modules["torch"].int16)
     try:
         shared = np.from_dlpack(out)
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
@@ -521,7 +560,7 @@ cdef object _shared_array(out, str name):
         raise TypeError(f"{name}: NumPy {np.__version__} shares {type(out).__name__} memory "
                         "read-only through DLPack (NumPy 2.2 and newer, writable); pass a "
                         "numpy.ndarray of it instead")
-    return shared
+    return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
 
 
 cpdef object written(out):
@@ -877,18 +916,56 @@ cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const doub
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
                     _Encoding enc, str name):
-    """Fill the checked ``result`` (see _fill) and return it; float16, which has no
-    C type, is computed in float64 and rounded once on the way out. ``enc`` is None
-    when there is nothing to fill."""
+    """Fill the checked ``result`` (see _fill) and return it; float16 and bfloat16,
+    which the kernels do not write, are computed in float64 and rounded once on the
+    way out. ``enc`` is None when there is nothing to fill."""
     if n == 0:
         return result
-    target = result
-    if dt is _FLOAT16:
-        target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape, not a subclass's
+    if dt is _FLOAT64 or dt is _FLOAT32:
+        _fill(result, NULL, positions, start, n, enc, enc.layout, name)
+        return result
+    cdef cnp.ndarray target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape
     _fill(target, NULL, positions, start, n, enc, enc.layout, name)
-    if target is not result:
-        np.asarray(result)[...] = target
+    _round_into(result, target)
     return result
+
+
+cdef void _bfloat16_bits(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil:
+    """Each finite ``x[i]`` rounded to the nearest bfloat16 (ties to even), once: first
+    to float32 rounding to odd (the neighbour with an odd last bit when inexact),
+    which keeps 16 bits beyond bfloat16's and so whether x was above, below or at a
+    halfway point; then to nearest even (Boldo and Melquiond, 2008). Casting through
+    float32 to nearest would round twice (1 + 2**-8 + 2**-30 would give 1)."""
+    cdef float f
+    cdef uint32_t bits
+    cdef Py_ssize_t i
+    for i in range(n):
+        f = <float>x[i]
+        memcpy(&bits, &f, 4)
+        if <double>f != x[i] and not (bits & 1):  # the other neighbour is odd
+            if fabs(<double>f) > fabs(x[i]):  # (infinity included: it becomes the largest float)
+                bits -= 1
+            else:
+                bits += 1
+        out[i] = <uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
+
+
+cdef int _round_into(result, cnp.ndarray values) except -1:
+    """``values`` (float64, C order, as many as ``result`` holds) rounded once into
+    the checked float16 or bfloat16 array ``result``."""
+    cdef cnp.ndarray array = <cnp.ndarray>result
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(array)
+    if cnp.PyArray_TYPE(array) == cnp.NPY_FLOAT16:  # NumPy rounds double to half once
+        np.asarray(array)[...] = values.reshape(_dims(array))  # a subclass's indexing aside
+        return 0
+    cdef const double* x = <const double*>cnp.PyArray_DATA(values)
+    cdef uint16_t* bits = <uint16_t*>_address(array)
+    if n < _NOGIL_VALUES:
+        _bfloat16_bits(x, bits, n)
+    else:
+        with nogil:
+            _bfloat16_bits(x, bits, n)
+    return 0
 
 
 cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, double base, dt,
@@ -998,7 +1075,7 @@ Sinusoidal positional encoding of one position or an array of positions.
     base : float, optional
         The base of the frequencies (10000 in the paper; ``max_period`` or
         ``max_timescale`` elsewhere), finite and ``> 0``.
-    dtype : {float64, float32, float16}, optional
+    dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
     out : numpy.ndarray, optional
         Writable, C-contiguous array of shape ``position.shape + (D,)`` and dtype
@@ -1071,7 +1148,7 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
         First position; ``|start|`` and ``|start + n|`` must be ``<= 2**53``.
     base : float, optional
         The base of the frequencies (10000 in the paper), finite and ``> 0``.
-    dtype : {float64, float32, float16}, optional
+    dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
     out : numpy.ndarray, optional
         Writable, C-contiguous array of shape ``(n, D)`` and dtype ``dtype`` to
@@ -1147,7 +1224,7 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,
     _rope_encoding), times ``amplitude``.
 
     For cpe._rope, which has checked the arguments (``base`` converted once) and
-    both arrays: C-contiguous, of one dtype (float64, float32 or float16) and the
+    both arrays: C-contiguous, of one dtype (one of as_dtype's) and the
     same shape ``(n, head_dim)``, not overlapping.
     """
     cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0)
@@ -1159,20 +1236,21 @@ cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positio
                          double start, Py_ssize_t n, _Encoding enc, bint interleaved,
                          double amplitude, str name):
     """Fill RoPE's checked ``cos`` and ``sin`` (see _fill) with their values times
-    ``amplitude``. float16, as in _encode, is computed in float64 (both tables in
+    ``amplitude``. float16 and bfloat16, as in _encode, are computed in float64 (both tables in
     one array) and rounded once on the way out, so that nothing is written before
     every check and allocation has succeeded."""
     if n == 0:
         return None
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
-    if cnp.PyArray_TYPE(cos) != cnp.NPY_FLOAT16:
+    cdef int typenum = cnp.PyArray_TYPE(cos)
+    if typenum == cnp.NPY_FLOAT64 or typenum == cnp.NPY_FLOAT32:
         _fill(cos, _address(sin), positions, start, n, enc, layout, name, amplitude)
         return None
     cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
     _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name,
           amplitude)
-    np.asarray(cos)[...] = target[0].reshape(_dims(cos))  # a subclass's indexing aside
-    np.asarray(sin)[...] = target[1].reshape(_dims(sin))
+    _round_into(cos, target[0])
+    _round_into(sin, target[1])
     return None
 
 
@@ -1208,7 +1286,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
     sizes = "n (the positions) and head_dim"
     if out is not None:
         cos, sin = rope_outputs(out, shape, dt, sizes)
-    # Also with out=: a float16 table's float64 rows may not fit.
+    # Also with out=: a float16 or bfloat16 table's float64 rows may not fit.
     if _too_large((2,) + shape, dt):
         raise ValueError(f"{sizes}: the outputs of shape {shape} are too large to allocate")
     cdef Py_ssize_t n = arr.size

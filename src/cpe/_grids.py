@@ -116,7 +116,7 @@ def sincos_2d(
         frequencies: 0 (MAE, timm, diffusers; ``None`` is 0 too) or 1
         (vit-pytorch). ``q - freq_shift`` must be positive when ``q >= 2``; for
         ``D = 4`` the one frequency is 1.
-    dtype : {float64, float32, float16}, optional
+    dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype; values are rounded once from float64.
     out : numpy.ndarray, optional
         C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``.
@@ -250,7 +250,7 @@ def sincos_3d(
         Base of the frequencies, finite and ``> 0``.
     temporal_interpolation_scale, spatial_interpolation_scale : float, optional
         Divisors of the frame and spatial coordinates, ``> 0``.
-    dtype : {float64, float32, float16}, optional
+    dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype; values are rounded once from float64.
     out : numpy.ndarray, optional
         C-contiguous writable array of shape ``(t, h * w, D)``.

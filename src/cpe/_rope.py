@@ -76,7 +76,7 @@ def rope_cos_sin(
         must be 0: add an offset to the positions themselves.
     layout : {"half", "interleaved"}, optional
         Column order, as above.
-    dtype : {float64, float32, float16}, optional
+    dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
     out : tuple of two numpy.ndarray, optional
         ``(cos, sin)`` arrays to fill, as NumPy's ufuncs take ``out=`` for two
