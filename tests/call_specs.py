@@ -475,6 +475,19 @@ def hostile_dtype(c: Chooser) -> Any:
     return one_of(c, valid_dtype, lambda c: pick(c, BAD_DTYPES))
 
 
+# workers=: the values are the same bits for any count (tested in test_workers).
+GOOD_WORKERS = (None, 1, 2, -1, np.int64(3), 10**9)
+BAD_WORKERS = (0, -(10**6), 1.5, True, "2", [2], np.float64(2.0))
+
+
+def valid_workers(c: Chooser) -> Any:
+    return pick(c, GOOD_WORKERS)
+
+
+def hostile_workers(c: Chooser) -> Any:
+    return one_of(c, valid_workers, lambda c: pick(c, BAD_WORKERS))
+
+
 def _not_a_count(position: Any) -> Any:
     """rope_cos_sin reads an integer scalar as a row count: make scalars floats."""
     try:
@@ -796,6 +809,7 @@ PARAMETERS: dict[str, Parameter] = {
     # "position * frequency must be at most 2**53": a position times a frequency.
     "base": Parameter(valid_base, hostile_base, ("base", "frequency"), float),
     "dtype": Parameter(valid_dtype, hostile_dtype, ("dtype",), None),
+    "workers": Parameter(valid_workers, hostile_workers, ("workers",), None),
     "layout": Parameter(
         _valid_choice(LAYOUTS_1D), _hostile_choice(LAYOUTS_1D, True), ("layout",), _identity
     ),
@@ -1133,7 +1147,7 @@ class CallSpec:
             return self.arrays(self.oracle(*positional, **keywords))
 
 
-ENCODING_KEYWORDS = ("layout", "freq_shift", "scale", "convention")
+ENCODING_KEYWORDS = ("layout", "freq_shift", "scale", "convention", "workers")
 
 SPECS: tuple[CallSpec, ...] = (
     CallSpec(
@@ -1162,7 +1176,15 @@ SPECS: tuple[CallSpec, ...] = (
     CallSpec(
         "sincos_2d",
         ("grid_h", "grid_w", "D"),
-        ("base", "layout", "extra_tokens", "base_size", "interpolation_scale", "freq_shift"),
+        (
+            "base",
+            "layout",
+            "extra_tokens",
+            "base_size",
+            "interpolation_scale",
+            "freq_shift",
+            "workers",
+        ),
         shape=lambda a: (a.get("extra_tokens", 0) + a["grid_h"] * a["grid_w"], a["D"]),
         angle_bound=_sincos_2d_bound,
         # No axis is encoded when the grid has no tokens.
@@ -1176,7 +1198,7 @@ SPECS: tuple[CallSpec, ...] = (
     CallSpec(
         "sincos_3d",
         ("t", "h", "w", "D"),
-        ("base", "temporal_interpolation_scale", "spatial_interpolation_scale"),
+        ("base", "temporal_interpolation_scale", "spatial_interpolation_scale", "workers"),
         shape=lambda a: (a["t"], a["h"] * a["w"], a["D"]),
         angle_bound=_sincos_3d_bound,
         largest_angle=lambda a: (
@@ -1198,6 +1220,7 @@ SPECS: tuple[CallSpec, ...] = (
             "seq_len",
             "inv_freq",
             "axes_dim",
+            "workers",
         ),
         shape=_rope_shape,
         angle_bound=_rope_bound,

@@ -19,5 +19,5 @@ def test_the_literal_choices_are_the_runtime_choices():
 
 def test_the_typed_user_script_runs():
     results = every_call()
-    assert len(results) == 15
+    assert len(results) == 18
     assert all(result.size for result in results)

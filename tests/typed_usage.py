@@ -23,7 +23,12 @@ def every_call() -> list[npt.NDArray[Any]]:
         cpe.sincos_2d(np.int32(2), 3, 16, layout="timm", extra_tokens=np.int64(1)),
         cpe.sincos_2d(2, 3, 16, freq_shift=1, dtype="float32"),
         cpe.sincos_3d(2, 2, 3, np.int64(32), temporal_interpolation_scale=2.0),
+        cpe.positional_encoding_table(4, 8, workers=np.int64(2)),
+        cpe.positional_encoding([1, 2], 8, workers=-1, dtype="float16"),
+        cpe.sincos_2d(2, 3, 16, workers=2),
     ]
+    with cpe.set_workers(2):
+        assert cpe.get_workers() == 2
     cos, sin = cpe.rope_cos_sin(np.int64(8), width, start=np.int64(100), layout="interleaved")
     scaled = cpe.rope_cos_sin(
         np.arange(6).reshape(2, 3),
@@ -36,7 +41,7 @@ def every_call() -> list[npt.NDArray[Any]]:
         max_position_embeddings=np.int64(16384),
         seq_len=np.int64(10),
     )
-    axial = cpe.rope_cos_sin(np.zeros((5, 3)), 16, axes_dim=[np.int64(4), 6, 6])
+    axial = cpe.rope_cos_sin(np.zeros((5, 3)), 16, axes_dim=[np.int64(4), 6, 6], workers=None)
     inv_freq, attention_factor = cpe.rope_frequencies(np.int64(64), base=500000.0)
     assert isinstance(attention_factor, float)
     return [*results, cos, sin, *scaled, *axial, inv_freq]

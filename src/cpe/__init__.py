@@ -16,13 +16,16 @@ from cpe._core import positional_encoding, positional_encoding_table
 from cpe._grids import sincos_2d, sincos_3d
 from cpe._rope import rope_cos_sin, rope_frequencies
 from cpe._version import __version__
+from cpe._workers import get_workers, set_workers
 
 __all__ = [
     "__version__",
+    "get_workers",
     "positional_encoding",
     "positional_encoding_table",
     "rope_cos_sin",
     "rope_frequencies",
+    "set_workers",
     "sincos_2d",
     "sincos_3d",
 ]

@@ -19,6 +19,7 @@ def positional_encoding(
     freq_shift: float | None = None,
     scale: float = 1.0,
     convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def positional_encoding_table(
     n: SupportsIndex,
@@ -32,6 +33,7 @@ def positional_encoding_table(
     freq_shift: float | None = None,
     scale: float = 1.0,
     convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
 def _huge_page_bytes() -> int: ...
 def as_count(value: object, name: str, minimum: int) -> int: ...
@@ -67,6 +69,7 @@ def _fill_rope(
     given: Callable[[], npt.NDArray[np.float64] | None],
     interleaved: bool,
     amplitude: float,
+    workers: int,
 ) -> None: ...
 def _rope_positions(
     position: object,
@@ -77,4 +80,5 @@ def _rope_positions(
     interleaved: bool,
     out: tuple[object, object] | None,
     amplitude: float,
+    workers: int,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+cimport cython
 cimport numpy as cnp
 from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -23,6 +24,7 @@ from libc.stdint cimport uint16_t, uint32_t
 from libc.string cimport memcpy
 
 from cpe._conventions import resolve as _resolve_convention
+from cpe._workers import WORKERS_PARAMETER, as_workers, part_count, run_parts
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
@@ -33,10 +35,12 @@ from cpe.kernels cimport (
     frequencies,
 )
 from cpe._fill cimport (
+    CPE_CANCELLED,
     CPE_FILL_CAPSULE,
     CPE_LAYOUT_ROPE_HALF,
     CPE_LAYOUT_ROPE_INTERLEAVED,
     cpe_fill_api,
+    cpe_gate,
     cpe_level_shape,
     cpe_levels,
     cpe_state_get,
@@ -880,52 +884,127 @@ cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_ap
                                                                CPE_FILL_CAPSULE)
 
 
+cdef struct request:
+    # One call of the fill loop, whose rows first, first + 1, ... _fill_rows fills.
+    char* data
+    char* sin_data
+    const double* positions
+    double start
+    bint single
+    Py_ssize_t row_bytes  # of one table
+    Py_ssize_t width
+    Py_ssize_t n_freq
+    const double* w_hi
+    const double* w_lo
+    double w_max
+    int layout
+    double amplitude
+    cpe_levels* levels
+
+
+cdef int _fill_rows(const request* r, Py_ssize_t first, Py_ssize_t count,
+                    cpe_gate* gate) noexcept nogil:
+    cdef Py_ssize_t at = first * r.row_bytes
+    cdef char* sin_data = NULL if r.sin_data == NULL else r.sin_data + at
+    cdef const double* positions = NULL if r.positions == NULL else r.positions + first
+    if r.single:
+        return _FILL.fill_f32(<float*>(r.data + at), <float*>sin_data, positions,
+                              r.start + <double>first, count, r.width, r.w_hi, r.w_lo,
+                              r.n_freq, r.w_max, r.layout, r.amplitude, r.levels, gate)
+    return _FILL.fill_f64(<double*>(r.data + at), <double*>sin_data, positions,
+                          r.start + <double>first, count, r.width, r.w_hi, r.w_lo, r.n_freq,
+                          r.w_max, r.layout, r.amplitude, r.levels, gate)
+
+
 cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
-               _Encoding enc, int layout, str name, double amplitude=1.0) except -1:
+               _Encoding enc, int layout, str name, double amplitude=1.0,
+               Py_ssize_t workers=1) except -1:
     """The fill loop (cpe_fill.h) into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
     ``sin_data`` for the RoPE layouts, its values times ``amplitude``. ``name``: the
-    argument the positions come from, for the errors."""
+    argument the positions come from, for the errors. Large outputs are filled by
+    up to ``workers`` threads, a range of rows each (see _Parts)."""
     if n == 0 or enc.width == 0:
         return 0
-    cdef char* data = _address(target)
     cdef bint single = cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32
     cdef _Levels kept = _levels_of(enc)  # alive while the loop reads its rows
     cdef cpe_levels* levels = NULL if kept is None else &kept.c
+    cdef request r = request(
+        data=_address(target), sin_data=sin_data, positions=positions, start=start,
+        single=single, row_bytes=enc.width * (4 if single else 8), width=enc.width,
+        n_freq=enc.n_freq, w_hi=enc.w_hi, w_lo=enc.w_lo, w_max=enc.w_max, layout=layout,
+        amplitude=amplitude, levels=levels)
+    cdef Py_ssize_t parts = 1
     cdef int status
+    if workers > 1:
+        parts = part_count(workers, n, n * r.row_bytes * (1 if sin_data == NULL else 2))
+    if parts > 1:
+        return _raise_for(_Parts(enc, kept).run(&r, n, parts), name)
     if n * enc.width < _NOGIL_VALUES:
-        status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
-                              amplitude, levels)
-    else:
-        with nogil:
-            status = _fill_kernel(data, sin_data, single, positions, start, n, enc, layout,
-                                  amplitude, levels)
+        return _raise_for(_fill_rows(&r, 0, n, NULL), name)
+    with nogil:
+        status = _fill_rows(&r, 0, n, NULL)
     return _raise_for(status, name)
 
 
-cdef inline int _fill_kernel(char* data, char* sin_data, bint single, const double* positions,
-                             double start, Py_ssize_t n, _Encoding enc, int layout,
-                             double amplitude, cpe_levels* levels) noexcept nogil:
-    if single:
-        return _FILL.fill_f32(<float*>data, <float*>sin_data, positions, start, n, enc.width,
-                              enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, amplitude,
-                              levels)
-    return _FILL.fill_f64(<double*>data, <double*>sin_data, positions, start, n, enc.width,
-                          enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max, layout, amplitude, levels)
+@cython.final
+cdef class _Parts:
+    """A request filled as ranges of rows, each by a thread of its own (the calling
+    one among them). The parts meet at a gate once checked and allocated, so that
+    one that fails leaves every part unwritten (see cpe_fill.h). A part's first row
+    starts a cache line in each table where the rows allow it, so that no two
+    threads write one line."""
+    cdef request r
+    cdef cpe_gate gate
+    cdef list bounds
+    cdef list status
+    cdef object owners  # what the request's pointers point into
+
+    def __cinit__(self, *owners):
+        self.owners = owners
+
+    cdef int run(self, const request* r, Py_ssize_t n, Py_ssize_t parts) except? -1:
+        cdef Py_ssize_t k, b, first
+        cdef size_t a = <size_t>r.data, s = <size_t>r.sin_data
+        self.r = r[0]
+        self.bounds = [0]
+        for k in range(1, parts):
+            first = n * k // parts
+            for b in range(first, min(first + 64, n)):  # the offsets repeat within 64 rows
+                if (a + b * r.row_bytes) % 64 == 0 and (s == 0 or (s + b * r.row_bytes) % 64 == 0):
+                    first = b
+                    break
+            self.bounds.append(max(first, self.bounds[k - 1]))
+        self.bounds.append(n)
+        self.status = [CPE_OK] * parts
+        self.gate.parties, self.gate.arrived, self.gate.failed = parts, 0, 0
+        run_parts(self.part, parts)
+        for status in self.status:  # the part that failed, not those it stopped
+            if status != CPE_OK and status != CPE_CANCELLED:
+                return status
+        return CPE_OK
+
+    def part(self, Py_ssize_t k):
+        """Fill part ``k`` (see run_parts)."""
+        cdef Py_ssize_t first = self.bounds[k], stop = self.bounds[k + 1]
+        cdef int status
+        with nogil:
+            status = _fill_rows(&self.r, first, stop - first, &self.gate)
+        self.status[k] = status
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
-                    _Encoding enc, str name):
+                    _Encoding enc, str name, Py_ssize_t workers=1):
     """Fill the checked ``result`` (see _fill) and return it; float16 and bfloat16,
     which the kernels do not write, are computed in float64 and rounded once on the
     way out. ``enc`` is None when there is nothing to fill."""
     if n == 0:
         return result
     if dt is _FLOAT64 or dt is _FLOAT32:
-        _fill(result, NULL, positions, start, n, enc, enc.layout, name)
+        _fill(result, NULL, positions, start, n, enc, enc.layout, name, 1.0, workers)
         return result
     cdef cnp.ndarray target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape
-    _fill(target, NULL, positions, start, n, enc, enc.layout, name)
+    _fill(target, NULL, positions, start, n, enc, enc.layout, name, 1.0, workers)
     _round_into(result, target)
     return result
 
@@ -1037,11 +1116,13 @@ cdef bint _scalar_position(position, double* p) except -1:
 
 
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
-                        layout=None, freq_shift=None, scale=1.0, convention=None):
+                        layout=None, freq_shift=None, scale=1.0, convention=None, workers=None):
     cdef Py_ssize_t width = as_count(D, "D", 1)
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
+    # (a single position is one row, filled here whatever workers says: it is only checked)
+    cdef Py_ssize_t threads = 1 if workers is None else as_workers(workers)
     cdef double p
     cdef _Encoding enc
     if _scalar_position(position, &p):  # without a detour through an array
@@ -1053,7 +1134,9 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
     enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
     pos = _positions_float64(arr, "position")
-    _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position")
+    if workers is None:  # the default of set_workers
+        threads = as_workers(None)
+    _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position", threads)
     return result if out is None else written(out)
 
 
@@ -1081,6 +1164,7 @@ Sinusoidal positional encoding of one position or an array of positions.
         Writable, C-contiguous array of shape ``position.shape + (D,)`` and dtype
         ``dtype`` to fill. It is left untouched if any argument is rejected.
     """ + _CONVENTION_PARAMETERS + """
+    """ + WORKERS_PARAMETER + """
 
     Returns
     -------
@@ -1116,16 +1200,18 @@ Sinusoidal positional encoding of one position or an array of positions.
 
 
 def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, out=None,
-                              layout=None, freq_shift=None, scale=1.0, convention=None):
+                              layout=None, freq_shift=None, scale=1.0, convention=None,
+                              workers=None):
     cdef Py_ssize_t rows = as_count(n, "n", 0)
     cdef Py_ssize_t width = as_count(D, "D", 1)
     first = table_start(start, rows)
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
+    cdef Py_ssize_t threads = as_workers(workers)
     result = prepare_out(out, (rows, width), dt, "n and D")
     cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
-    _encode(result, dt, NULL, float(first), rows, enc, "start and n")
+    _encode(result, dt, NULL, float(first), rows, enc, "start and n", threads)
     return result if out is None else written(out)
 
 
@@ -1154,6 +1240,7 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
         Writable, C-contiguous array of shape ``(n, D)`` and dtype ``dtype`` to
         fill. It is left untouched if any argument is rejected.
     """ + _CONVENTION_PARAMETERS + """
+    """ + WORKERS_PARAMETER + """
 
     Returns
     -------
@@ -1218,10 +1305,10 @@ cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed)
 
 
 def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,
-               bint interleaved, double amplitude):
+               bint interleaved, double amplitude, Py_ssize_t workers):
     """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``,
     of the paper's frequencies of ``base`` or of ``given`` (see
-    _rope_encoding), times ``amplitude``.
+    _rope_encoding), times ``amplitude``, by up to ``workers`` threads (see _fill).
 
     For cpe._rope, which has checked the arguments (``base`` converted once) and
     both arrays: C-contiguous, of one dtype (one of as_dtype's) and the
@@ -1229,12 +1316,13 @@ def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,
     """
     cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0)
     cdef _Encoding enc = _rope_encoding(cnp.PyArray_DIM(cos, 1), base, given, n != 0)
-    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, amplitude, "start and n")
+    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, amplitude, "start and n",
+                 workers)
 
 
 cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positions,
                          double start, Py_ssize_t n, _Encoding enc, bint interleaved,
-                         double amplitude, str name):
+                         double amplitude, str name, Py_ssize_t workers):
     """Fill RoPE's checked ``cos`` and ``sin`` (see _fill) with their values times
     ``amplitude``. float16 and bfloat16, as in _encode, are computed in float64 (both tables in
     one array) and rounded once on the way out, so that nothing is written before
@@ -1244,11 +1332,11 @@ cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positio
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
     cdef int typenum = cnp.PyArray_TYPE(cos)
     if typenum == cnp.NPY_FLOAT64 or typenum == cnp.NPY_FLOAT32:
-        _fill(cos, _address(sin), positions, start, n, enc, layout, name, amplitude)
+        _fill(cos, _address(sin), positions, start, n, enc, layout, name, amplitude, workers)
         return None
     cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
     _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name,
-          amplitude)
+          amplitude, workers)
     _round_into(cos, target[0])
     _round_into(sin, target[1])
     return None
@@ -1269,7 +1357,7 @@ cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
 
 
 def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint interleaved,
-                    out, double amplitude):
+                    out, double amplitude, Py_ssize_t workers):
     """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape),
     the argument ``n`` of rope_cos_sin.
 
@@ -1277,7 +1365,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
     None or a tuple of two. The caller's arrays are checked before any position is
     converted or copied. Without them both tables share one allocation: two of a
     few MiB each would, with glibc's default thresholds, be page-faulted again on
-    every call. ``given`` and ``amplitude``: as for _fill_rope.
+    every call. ``given``, ``amplitude`` and ``workers``: as for _fill_rope.
     """
     cdef double b = as_base(base)
     dt = as_dtype(dtype)
@@ -1300,5 +1388,5 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
         return (cos, sin) if out is None else written(out)
     cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
     _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved, amplitude,
-                 "n (the positions)")
+                 "n (the positions)", workers)
     return (cos, sin) if out is None else written(out)  # (out= itself: tensors, say)

@@ -24,6 +24,7 @@ from cpe._core import (
     written,
 )
 from cpe._typing import GridLayout
+from cpe._workers import as_workers, part_count, run_parts
 from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
@@ -78,6 +79,7 @@ def sincos_2d(
     freq_shift: float | None = 0.0,
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
+    workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]:
     """Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
 
@@ -120,6 +122,8 @@ def sincos_2d(
         Output dtype; values are rounded once from float64.
     out : numpy.ndarray, optional
         C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``.
+    workers : int, optional
+        As for `positional_encoding`: threads that copy a large grid's tokens.
 
     Returns
     -------
@@ -159,6 +163,7 @@ def sincos_2d(
             f"freq_shift={shift!r} needs D // 4 - freq_shift > 0 for a 2-D encoding, got D={width}"
         )
     dt = as_dtype(dtype)
+    threads = as_workers(workers)
     result = prepare_out(
         out, (extra + rows * columns, width), dt, "grid_h, grid_w, extra_tokens and D"
     )
@@ -176,12 +181,16 @@ def sincos_2d(
         rows, columns, (step_h, step_w), width // 2, b, dt, f"grid_h, grid_w and {names}", shift
     )
     view[:extra] = 0
-    _fill_grid(view[extra:], enc_h, enc_w, layout)
+    _fill_grid(view[extra:], enc_h, enc_w, layout, threads)
     return result if out is None else written(out)
 
 
 def _fill_grid(
-    view: npt.NDArray[Any], enc_h: npt.NDArray[Any], enc_w: npt.NDArray[Any], layout: str
+    view: npt.NDArray[Any],
+    enc_h: npt.NDArray[Any],
+    enc_w: npt.NDArray[Any],
+    layout: str,
+    workers: int = 1,
 ) -> None:
     """Write the tokens of the grid (C-contiguous ``view``, rows*columns x D) from
     the encodings of its axes (``[sin | cos]`` rows of width D/2)."""
@@ -197,7 +206,7 @@ def _fill_grid(
         ]
     else:
         segments = [(0, 0, 0, half), (1, 0, half, half)]
-    _tile(view, enc_h, enc_w, segments)
+    _tile(view, enc_h, enc_w, segments, workers)
 
 
 def _tile(
@@ -205,17 +214,25 @@ def _tile(
     first: npt.NDArray[Any],
     second: npt.NDArray[Any],
     segments: list[tuple[int, int, int, int]],
+    workers: int = 1,
 ) -> None:
     """Row ``i * len(second) + j`` of ``view`` from rows ``i`` of ``first`` and
-    ``j`` of ``second``; ``segments`` in columns (see ``kernels._tile_rows``)."""
+    ``j`` of ``second``; ``segments`` in columns (see ``kernels._tile_rows``). Large
+    views are split by rows of ``first`` among up to ``workers`` threads."""
     size = view.itemsize
     as_bytes = [(source, a * size, b * size, n * size) for source, a, b, n in segments]
-    _tile_rows(
-        view.view(np.uint8),
-        np.ascontiguousarray(first).view(np.uint8),
-        np.ascontiguousarray(second).view(np.uint8),
-        as_bytes,
-    )
+    out = view.view(np.uint8)
+    rows = np.ascontiguousarray(first).view(np.uint8)
+    columns = np.ascontiguousarray(second).view(np.uint8)
+    parts = part_count(workers, len(rows), out.nbytes)
+    bounds = [len(rows) * k // parts for k in range(parts + 1)]
+
+    def part(k: int) -> None:
+        first_row, stop = bounds[k], bounds[k + 1]
+        width = len(columns)
+        _tile_rows(out[first_row * width : stop * width], rows[first_row:stop], columns, as_bytes)
+
+    run_parts(part, parts)
 
 
 def sincos_3d(
@@ -229,6 +246,7 @@ def sincos_3d(
     spatial_interpolation_scale: float = 1.0,
     dtype: npt.DTypeLike = np.float64,
     out: npt.NDArray[np.floating[Any]] | None = None,
+    workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]:
     """Sinusoidal encoding of a ``t x h x w`` video grid, as diffusers'
     ``get_3d_sincos_pos_embed``.
@@ -254,6 +272,8 @@ def sincos_3d(
         Output dtype; values are rounded once from float64.
     out : numpy.ndarray, optional
         C-contiguous writable array of shape ``(t, h * w, D)``.
+    workers : int, optional
+        As for `positional_encoding`: threads that copy a large grid's tokens.
 
     Returns
     -------
@@ -279,6 +299,7 @@ def sincos_3d(
     time_scale = _positive_real(temporal_interpolation_scale, "temporal_interpolation_scale")
     space_scale = _positive_real(spatial_interpolation_scale, "spatial_interpolation_scale")
     dt = as_dtype(dtype)
+    threads = as_workers(workers)
     result = prepare_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
 
     time_step = _step(1.0, None, time_scale, "temporal_interpolation_scale")
@@ -300,12 +321,13 @@ def sincos_3d(
         "h, w and spatial_interpolation_scale",
     )
     space = np.empty((rows * columns, width - time_width), dt)
-    _fill_grid(space, enc_h, enc_w, "mae")
+    _fill_grid(space, enc_h, enc_w, "mae", threads)
     view = np.asarray(result)  # see sincos_2d
     _tile(
         view.reshape(frames * rows * columns, width),
         enc_t,
         space,
         [(0, 0, 0, time_width), (1, 0, time_width, width - time_width)],
+        threads,
     )
     return result if out is None else written(out)

@@ -28,6 +28,7 @@ from cpe._core import (
 )
 from cpe._scaling import Scheme, scheme, sections_of
 from cpe._typing import RopeLayout
+from cpe._workers import as_workers
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -46,6 +47,7 @@ def rope_cos_sin(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    workers: SupportsIndex | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
@@ -110,6 +112,8 @@ def rope_cos_sin(
         axis ``i`` encoded with the frequencies of width ``axes_dim[i]`` (each
         even), the tables of the axes side by side; ``head_dim`` must be their
         sum. Combines with ``base`` only.
+    workers : int, optional
+        As for `positional_encoding`: threads that fill large tables.
 
     Returns
     -------
@@ -158,6 +162,7 @@ def rope_cos_sin(
             f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
         )
     output_dtype = as_dtype(dtype)
+    threads = as_workers(workers)
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
     if out is not None and (type(out) is not tuple or len(out) != 2):
@@ -177,7 +182,9 @@ def rope_cos_sin(
                 "got an integer"
             )
         _check_no_offset(start)
-        return _axial(n, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out)
+        return _axial(
+            n, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out, threads
+        )
     if inv_freq is not None:
         if rope_parameters is not None:
             raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
@@ -198,10 +205,10 @@ def rope_cos_sin(
         )
     if counted:
         kernel_layout = "sin_cos" if layout == "half" else "interleaved"
-        return _rope_table(n, used, start, output_dtype, kernel_layout, out)
+        return _rope_table(n, used, start, output_dtype, kernel_layout, out, threads)
     _check_no_offset(start)
     if used.sections is not None:
-        return _multimodal(n, used, output_dtype, layout == "interleaved", out)
+        return _multimodal(n, used, output_dtype, layout == "interleaved", out, threads)
     return _rope_positions(
         n,
         used.width,
@@ -211,6 +218,7 @@ def rope_cos_sin(
         layout == "interleaved",
         out,
         used.attention_factor,
+        threads,
     )
 
 
@@ -296,7 +304,12 @@ Part = tuple[npt.NDArray[Any], int, Callable[[], Any] | None, npt.NDArray[np.int
 
 
 def _multimodal(
-    n: Any, used: Scheme, dtype: Any, interleaved: bool, out: tuple[Any, Any] | None
+    n: Any,
+    used: Scheme,
+    dtype: Any,
+    interleaved: bool,
+    out: tuple[Any, Any] | None,
+    workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
     positions = as_positions(n, "n (the positions)")
@@ -317,7 +330,7 @@ def _multimodal(
         def given() -> npt.NDArray[np.float64]:
             return frequencies()[:, largest]
 
-        _rope_positions(positions, 2, used.base, given, dtype, False, None, 1.0)
+        _rope_positions(positions, 2, used.base, given, dtype, False, None, 1.0, 1)
 
     parts: list[Part] = []
     for axis, which in enumerate(sections_of(used) if positions.size else []):
@@ -334,7 +347,7 @@ def _multimodal(
 
             parts.append((positions[axis], 2 * which.size, given, columns))
     shape = (*positions.shape[1:], used.width)
-    return _side_by_side(parts, shape, used, dtype, interleaved, out, check)
+    return _side_by_side(parts, shape, used, dtype, interleaved, out, workers, check)
 
 
 def _axial(
@@ -345,6 +358,7 @@ def _axial(
     dtype: Any,
     layout: str,
     out: tuple[Any, Any] | None,
+    workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Axial RoPE: axis ``i`` of the positions with frequencies of width ``widths[i]``."""
     positions = as_positions(n, "n (the positions)")
@@ -360,8 +374,9 @@ def _axial(
     ]
     used = Scheme(None, base, 1.0, head_dim)
     return _side_by_side(
-        parts, (*positions.shape[:-1], head_dim), used, dtype, layout == "interleaved", out
-    )
+        parts, (*positions.shape[:-1], head_dim), used, dtype, layout == "interleaved", out,
+        workers,
+    )  # fmt: skip
 
 
 def _side_by_side(
@@ -371,6 +386,7 @@ def _side_by_side(
     dtype: Any,
     interleaved: bool,
     out: tuple[Any, Any] | None,
+    workers: int,
     check: Callable[[], None] = lambda: None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """The tables of ``shape`` whose columns are those of the parts' tables, each
@@ -388,7 +404,7 @@ def _side_by_side(
     tables = [
         _rope_positions(
             axis, width, used.base, given or (lambda: None), dtype, interleaved, None,
-            used.attention_factor,
+            used.attention_factor, workers,
         )
         for axis, width, given, _ in parts
     ]  # fmt: skip
@@ -472,6 +488,7 @@ def _rope_table(
     dtype: Any,
     kernel_layout: str,
     out: tuple[Any, Any] | None,
+    workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     rows = as_count(n, "n", 0)
     width = used.width
@@ -492,7 +509,14 @@ def _rope_table(
         cos = prepare_out(None, (rows, width), dtype, "n and head_dim")
         sin = prepare_out(None, (rows, width), dtype, "n and head_dim")
     _fill_rope(
-        cos, sin, first, b, used.frequencies, kernel_layout == "interleaved", used.attention_factor
+        cos,
+        sin,
+        first,
+        b,
+        used.frequencies,
+        kernel_layout == "interleaved",
+        used.attention_factor,
+        workers,
     )
     return (cos, sin) if out is None else written(out)
 

@@ -54,21 +54,79 @@ static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *sh
     }
 }
 
+/* The parts of one output filled by several threads (workers=) meet here after
+ * their checks and allocations, before their first write: each passes once every
+ * part has arrived, and none passes once one has failed, so that a failing part
+ * (a position out of range, no memory) leaves the whole output unwritten, as one
+ * call would. */
+typedef struct {
+    long parties;
+    long arrived;
+    long failed;
+} cpe_gate;
+
+/* A part stopped at the gate because another failed; nothing was written. */
+enum { CPE_CANCELLED = -100 };
+
+#if defined(_MSC_VER)
+#include <intrin.h>
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+static __inline long cpe_gate_get(long *v) { return _InterlockedOr(v, 0); }
+static __inline void cpe_gate_fail(cpe_gate *g) { _InterlockedExchange(&g->failed, 1); }
+static __inline void cpe_gate_arrive(cpe_gate *g) { _InterlockedIncrement(&g->arrived); }
+static __inline void cpe_gate_yield(void) { SwitchToThread(); }
+#else
+#include <sched.h>
+static inline long cpe_gate_get(long *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+static inline void cpe_gate_fail(cpe_gate *g) {
+    __atomic_store_n(&g->failed, 1, __ATOMIC_RELEASE);
+}
+static inline void cpe_gate_arrive(cpe_gate *g) {
+    __atomic_add_fetch(&g->arrived, 1, __ATOMIC_ACQ_REL);
+}
+static inline void cpe_gate_yield(void) { sched_yield(); }
+#endif
+
+/* Arrive, then wait for the others: 1 when every part has arrived, 0 when one
+ * failed. A NULL gate (one part) passes at once. */
+static inline int cpe_gate_pass(cpe_gate *g) {
+    if (g == NULL) {
+        return 1;
+    }
+    cpe_gate_arrive(g);
+    for (;;) {
+        if (cpe_gate_get(&g->failed)) {
+            return 0;
+        }
+        if (cpe_gate_get(&g->arrived) >= g->parties) {
+            return 1;
+        }
+        cpe_gate_yield();
+    }
+}
+
 /* out[i] (and sin_out[i] for the RoPE layouts) encodes positions[i], or start + i
  * when positions is NULL. w_max: the largest |w_hi[j]| (NaN if one is NaN), which
  * the encoding knows, or negative for the loop to find it. amplitude: a finite
  * factor of RoPE's values (1 for the encodings). levels may be NULL: the loop then
- * makes what it needs. */
+ * makes what it needs. gate: NULL, or the gate of the parts this call is one of
+ * (it fails the gate when it fails, and returns CPE_CANCELLED when another did). */
 typedef int (*cpe_fill_f64_t)(double *out, double *sin_out, const double *positions,
                               double start, Py_ssize_t n, Py_ssize_t width,
                               const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
                               double w_max, int layout, double amplitude,
-                              cpe_levels *levels);
+                              cpe_levels *levels, cpe_gate *gate);
 typedef int (*cpe_fill_f32_t)(float *out, float *sin_out, const double *positions,
                               double start, Py_ssize_t n, Py_ssize_t width,
                               const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
                               double w_max, int layout, double amplitude,
-                              cpe_levels *levels);
+                              cpe_levels *levels, cpe_gate *gate);
 
 typedef struct {
     cpe_fill_f64_t fill_f64;

@@ -22,11 +22,15 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from cython cimport floating
 
 from cpe._fill cimport (
+    CPE_CANCELLED,
     CPE_FILL_CAPSULE,
     CPE_LAYOUT_ROPE_HALF,
     CPE_LAYOUT_ROPE_INTERLEAVED,
     CPE_ROW_READY,
     cpe_fill_api,
+    cpe_gate,
+    cpe_gate_fail,
+    cpe_gate_pass,
     cpe_level_shape,
     cpe_levels,
     cpe_state_claim,
@@ -668,7 +672,19 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
 cdef int _fill(floating* out, floating* sin_out, const double* positions, double start,
                Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
                Py_ssize_t n_freq, double w_max, int layout, double amplitude,
-               cpe_levels* levels) noexcept nogil:
+               cpe_levels* levels, cpe_gate* gate) noexcept nogil:
+    # Every return of the loop either passed the gate or fails it (see cpe_fill.h).
+    cdef int status = _fill_loop(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq,
+                                 w_max, layout, amplitude, levels, gate)
+    if status != CPE_OK and gate != NULL:
+        cpe_gate_fail(gate)
+    return status
+
+
+cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, double start,
+                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
+                    Py_ssize_t n_freq, double w_max, int layout, double amplitude,
+                    cpe_levels* levels, cpe_gate* gate) noexcept nogil:
     cdef columns c
     cdef bint rope = layout == CPE_LAYOUT_ROPE_HALF or layout == CPE_LAYOUT_ROPE_INTERLEAVED
     if n < 0 or _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else layout,
@@ -682,9 +698,11 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
         return CPE_ERR_ARGUMENT
     cdef int status = _check_request(positions, start, n, w_hi, n_freq, w_max)
     if status != CPE_OK or n == 0 or width == 0:
-        return status
+        return status if status != CPE_OK or cpe_gate_pass(gate) else CPE_CANCELLED
     cdef Py_ssize_t i, j
     if n_freq == 0:
+        if not cpe_gate_pass(gate):
+            return CPE_CANCELLED
         for i in range(n * width):
             out[i] = 0
         return CPE_OK
@@ -704,7 +722,7 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     own.rows = NULL
     own.state = NULL
     own.radix, own.shift, own.n_levels = radix, shift, n_levels
-    if n == 1 and not rope:
+    if n == 1 and not rope and gate == NULL:  # (it writes before a gate could be passed)
         status = _single(out, positions[0] if positions != NULL else start, width, n_freq,
                          &c, levels if levels != NULL else &own, w_hi, w_lo)
         if status != -1:
@@ -750,6 +768,12 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     for j in range(n_freq):
         identity[j] = 0.0
         identity[n_freq + j] = 1.0
+    if not cpe_gate_pass(gate):  # everything is checked and allocated: the first write next
+        _sink_free(&sink)
+        free(owned)
+        free(own_rows)
+        free(own.state)
+        return CPE_CANCELLED
 
     cdef long long prefix[8]
     cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
@@ -823,17 +847,17 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
 cdef int _fill_f64(double* out, double* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
                    Py_ssize_t n_freq, double w_max, int layout, double amplitude,
-                   cpe_levels* levels) noexcept nogil:
+                   cpe_levels* levels, cpe_gate* gate) noexcept nogil:
     return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 amplitude, levels)
+                 amplitude, levels, gate)
 
 
 cdef int _fill_f32(float* out, float* sin_out, const double* positions, double start,
                    Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
                    Py_ssize_t n_freq, double w_max, int layout, double amplitude,
-                   cpe_levels* levels) noexcept nogil:
+                   cpe_levels* levels, cpe_gate* gate) noexcept nogil:
     return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 amplitude, levels)
+                 amplitude, levels, gate)
 
 
 # The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
@@ -857,7 +881,7 @@ cdef int fill_table_f64(double* out, double start, Py_ssize_t n_rows,
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, 1.0,
-                 NULL)
+                 NULL, NULL)
 
 
 cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
@@ -866,7 +890,7 @@ cdef int fill_table_f32(float* out, double start, Py_ssize_t n_rows,
     if not _encoding_layout(layout):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, NULL, start, n_rows, width, w_hi, w_lo, n_freq, -1.0, layout, 1.0,
-                 NULL)
+                 NULL, NULL)
 
 
 cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_positions,
@@ -875,7 +899,7 @@ cdef int fill_positions_f64(double* out, const double* positions, Py_ssize_t n_p
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
-                 layout, 1.0, NULL)
+                 layout, 1.0, NULL, NULL)
 
 
 cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_positions,
@@ -884,7 +908,7 @@ cdef int fill_positions_f32(float* out, const double* positions, Py_ssize_t n_po
     if not _encoding_layout(layout) or (n_positions and positions == NULL):
         return CPE_ERR_ARGUMENT
     return _fill(out, NULL, positions, 0.0, n_positions, width, w_hi, w_lo, n_freq, -1.0,
-                 layout, 1.0, NULL)
+                 layout, 1.0, NULL, NULL)
 
 
 cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions,
@@ -894,7 +918,8 @@ cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
                  head_dim // 2, -1.0,
-                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL)
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL,
+                 NULL)
 
 
 cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
@@ -904,4 +929,5 @@ cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
         return CPE_ERR_ARGUMENT
     return _fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
                  head_dim // 2, -1.0,
-                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL)
+                 CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF, 1.0, NULL,
+                 NULL)

@@ -1,0 +1,162 @@
+"""``workers=``: how many threads fill one large output, as in ``scipy.fft``.
+
+The count is a positive int, or ``-k`` for ``os.cpu_count() + 1 - k`` (``-1``:
+every CPU); ``None`` is the default of the innermost ``set_workers`` block of the
+calling thread (or task), 1 outside any. A library that depends on cpe therefore
+never gets threads it did not ask for. Every part of an output is a range of its
+rows, and a row's value never depends on the call that fills it, so the result
+is the same bits whatever the count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import operator
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# Per thread and per asyncio task: a new thread starts with the default, 1.
+_DEFAULT: contextvars.ContextVar[int] = contextvars.ContextVar("cpe_workers", default=1)
+# More threads than this would cost more to start than any output could give them.
+_MOST = 256
+# A part of an output has at least this many bytes: smaller outputs are filled on
+# the calling thread, as starting a thread costs more than it would save them.
+PART_BYTES = 4 * 1024 * 1024
+
+
+def part_count(workers: int, items: int, nbytes: int) -> int:
+    """How many parts an output of ``nbytes`` in ``items`` indivisible pieces (rows)
+    is split into for ``workers`` threads: 1 unless each part gets PART_BYTES."""
+    return max(1, min(workers, items, nbytes // PART_BYTES))
+
+
+# The parameter's text in the docstrings of the functions that take it.
+WORKERS_PARAMETER = """workers : int, optional
+        Threads that fill a large output, as in ``scipy.fft``: a positive count,
+        or ``-k`` for ``os.cpu_count() + 1 - k`` (``-1``: every CPU). ``None``
+        (the default) is the count of the enclosing `set_workers` block, 1
+        outside any. Only outputs of several MiB are split (by rows); the values
+        are the same bits whatever the count."""
+
+
+def as_workers(workers: Any, name: str = "workers") -> int:
+    """``workers`` as a count of threads (see the module), or the error naming it."""
+    if workers is None:
+        return _DEFAULT.get()
+    if type(workers) is int and 1 <= workers <= _MOST:
+        return workers
+    if isinstance(workers, bool) or not hasattr(workers, "__index__"):
+        raise TypeError(
+            f"{name} must be an int (a count of threads, or -1 for every CPU), "
+            f"got {type(workers).__name__}"
+        )
+    count = operator.index(workers)
+    if count < 0:
+        count += (os.cpu_count() or 1) + 1
+    if count < 1:
+        raise ValueError(
+            f"{name} must be a positive count of threads, or -k for os.cpu_count() + 1 - k "
+            f"(-1: every CPU), got {workers}"
+        )
+    return min(count, _MOST)
+
+
+def get_workers() -> int:
+    """The count of threads that ``workers=None`` means here (see `set_workers`).
+
+    Examples
+    --------
+    >>> import cpe
+    >>> cpe.get_workers()
+    1
+    """
+    return _DEFAULT.get()
+
+
+@contextlib.contextmanager
+def set_workers(workers: int) -> Iterator[None]:
+    """Set the default of ``workers=`` for the calls inside the block.
+
+    As ``scipy.fft.set_workers``: the default belongs to the calling thread (and
+    asyncio task), so other threads keep theirs, and blocks nest.
+
+    Parameters
+    ----------
+    workers : int
+        A positive count of threads, or ``-k`` for ``os.cpu_count() + 1 - k``
+        (``-1``: every CPU).
+
+    Examples
+    --------
+    >>> import cpe, os
+    >>> with cpe.set_workers(2):
+    ...     cpe.get_workers()
+    2
+    >>> with cpe.set_workers(-1):
+    ...     cpe.get_workers() == os.cpu_count()
+    True
+    >>> cpe.get_workers()
+    1
+    """
+    if workers is None:
+        raise TypeError(
+            "workers must be an int (a count of threads, or -1 for every CPU), got None"
+        )
+    token = _DEFAULT.set(as_workers(workers))
+    try:
+        yield
+    finally:
+        _DEFAULT.reset(token)
+
+
+def run_parts(work: Callable[[int], None], count: int) -> None:
+    """``work(k)`` for every ``k < count``, each on a thread of its own (the calling
+    thread does ``work(0)``). No part starts before every thread has started: if
+    one cannot be started, nothing has been done and the error is raised. Returns
+    once every part has returned (a KeyboardInterrupt waits for them too: they
+    write into memory the caller owns); the first exception of a part is raised."""
+    go = threading.Event()
+    cancelled = False
+    errors: list[BaseException] = []
+
+    def part(k: int) -> None:
+        go.wait()
+        if cancelled:
+            return
+        try:
+            work(k)
+        except BaseException as exc:  # raised by the caller, below
+            errors.append(exc)
+
+    threads: list[threading.Thread] = []
+    try:
+        for k in range(1, count):
+            thread = threading.Thread(target=part, args=(k,), name=f"cpe-part-{k}", daemon=True)
+            thread.start()
+            threads.append(thread)
+    except BaseException:
+        cancelled = True
+        go.set()
+        _join(threads)
+        raise
+    go.set()
+    part(0)
+    _join(threads)
+    if errors:
+        raise errors[0]
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    interrupted: BaseException | None = None
+    for thread in threads:
+        while True:
+            try:
+                thread.join()
+                break
+            except BaseException as exc:  # KeyboardInterrupt: still wait for the part
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted

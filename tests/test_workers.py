@@ -1,0 +1,202 @@
+"""workers= and set_workers: large outputs filled by several threads.
+
+Every part is a range of rows, and a row's bits never depend on the call, so the
+result must be the same bits for any count; a failure in one part (a bad
+position, a thread that cannot start) must leave out= untouched; the default
+belongs to the calling thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import cpe
+
+# Each at least 8 MiB (16 MiB of float64 rows), so that two to four parts of 4 MiB
+# are made (smaller outputs stay on the calling thread).
+BIG = {
+    "table": lambda dt, w, out=None: cpe.positional_encoding_table(
+        8192, 256, start=-3000, dtype=dt, workers=w, out=out
+    ),
+    "table, sin_cos, odd width": lambda dt, w, out=None: cpe.positional_encoding_table(
+        7001, 301, start=10**6, dtype=dt, layout="sin_cos", workers=w, out=out
+    ),
+    "ids": lambda dt, w, out=None: cpe.positional_encoding(
+        np.random.default_rng(5).integers(-(10**6), 10**6, (64, 130)), 257, dtype=dt,
+        convention="fairseq", workers=w, out=out,
+    ),
+    "rope": lambda dt, w, out=None: cpe.rope_cos_sin(8192, 128, start=77, dtype=dt, workers=w),
+    "rope ids, yarn": lambda dt, w, out=None: cpe.rope_cos_sin(
+        np.arange(0, 3 * 16384, 3), 128, dtype=dt, workers=w, max_position_embeddings=4096,
+        rope_parameters={"rope_type": "yarn", "factor": 8.0},
+    ),
+    "grid": lambda dt, w, out=None: cpe.sincos_2d(256, 128, 128, dtype=dt, workers=w, out=out),
+    "video grid": lambda dt, w, out=None: cpe.sincos_3d(16, 32, 64, 128, dtype=dt, workers=w),
+}  # fmt: skip
+
+try:  # the optional bfloat16 dtype, when its package is installed
+    import ml_dtypes
+
+    DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
+except ImportError:
+    DTYPES = [np.float64, np.float32, np.float16]
+
+
+def bits(result):
+    arrays = result if type(result) is tuple else (result,)
+    return [np.asarray(a).tobytes() for a in arrays]
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The names of the threads started during the test."""
+    names: list[str] = []
+    start = threading.Thread.start
+
+    def recording(self):
+        names.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", recording)
+    return names
+
+
+@pytest.mark.parametrize("name", list(BIG))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_the_bits_do_not_depend_on_the_count(name, dtype, started):
+    call = BIG[name]
+    want = bits(call(dtype, 1))
+    assert started == []
+    for workers in (2, 3, 4, -1):
+        del started[:]
+        assert bits(call(dtype, workers)) == want, workers
+        count = workers if workers > 0 else os.cpu_count()
+        assert (1 if count > 1 else 0) <= len(started) < count, (workers, started)
+
+
+def test_small_outputs_stay_on_the_calling_thread(started):
+    cpe.positional_encoding_table(4096, 128, workers=8)  # 4 MiB: one part
+    cpe.rope_cos_sin(100, 64, workers=-1)
+    cpe.positional_encoding(12345, 4096, workers=8)
+    cpe.sincos_2d(64, 64, 128, workers=8)
+    assert started == []
+    cpe.positional_encoding_table(8192, 128, workers=8)  # 8 MiB: two parts
+    assert len(started) == 1
+
+
+def test_a_failing_part_leaves_out_untouched():
+    out = np.full((20000, 128), 7.0)
+    positions = np.arange(20000.0)
+    for bad in (np.nan, 1e300):  # not finite; an angle out of range
+        positions[-1] = bad
+        with pytest.raises(ValueError, match="position"):
+            cpe.positional_encoding(positions, 128, workers=2, out=out)
+        assert (out == 7.0).all()
+    cos, sin = np.full((20000, 128), 7.0), np.full((20000, 128), 7.0)
+    with pytest.raises(ValueError, match="finite"):
+        cpe.rope_cos_sin(np.where(np.arange(20000) == 19999, np.inf, 1.0), 128, workers=3,
+                         out=(cos, sin))  # fmt: skip
+    assert (cos == 7.0).all()
+    assert (sin == 7.0).all()
+
+
+def test_a_thread_that_cannot_start_leaves_out_untouched(monkeypatch):
+    start = threading.Thread.start
+    count = []
+
+    def failing(self):
+        count.append(self.name)
+        if len(count) == 2:
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", failing)
+    out = np.full((8192, 512), 7.0)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        cpe.positional_encoding_table(8192, 512, workers=4, out=out)
+    assert (out == 7.0).all()
+    grid = np.full((128 * 128, 256), 7.0)
+    del count[:]
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        cpe.sincos_2d(128, 128, 256, workers=4, out=grid)
+    assert (grid == 7.0).all()
+
+
+@pytest.mark.parametrize(
+    ("workers", "error", "text"),
+    [
+        (0, ValueError, "workers must be a positive count of threads, or -k for os.cpu_count"),
+        (-(os.cpu_count() or 1) - 1, ValueError, "got -"),
+        (1.5, TypeError, "workers must be an int (a count of threads, or -1 for every CPU), got"),
+        (True, TypeError, "got bool"),
+        ("2", TypeError, "got str"),
+    ],
+)  # fmt: skip
+def test_bad_counts_are_refused_by_every_function(workers, error, text):
+    calls = [
+        lambda: cpe.positional_encoding(3, 8, workers=workers),
+        lambda: cpe.positional_encoding([3], 8, workers=workers),
+        lambda: cpe.positional_encoding_table(3, 8, workers=workers),
+        lambda: cpe.rope_cos_sin(3, 8, workers=workers),
+        lambda: cpe.sincos_2d(2, 2, 8, workers=workers),
+        lambda: cpe.sincos_3d(1, 2, 2, 16, workers=workers),
+    ]
+    for call in calls:
+        with pytest.raises(error, match=re.escape(text)):
+            call()
+    with pytest.raises(error), cpe.set_workers(workers):
+        pass
+
+
+def test_counts_as_numpy_integers_and_beyond_the_cpus():
+    want = cpe.positional_encoding_table(9000, 256)
+    assert np.array_equal(cpe.positional_encoding_table(9000, 256, workers=np.int64(2)), want)
+    assert np.array_equal(cpe.positional_encoding_table(9000, 256, workers=10**9), want)
+
+
+def test_set_workers_is_the_default_of_the_calling_thread(started):
+    assert cpe.get_workers() == 1
+    seen = []
+    with cpe.set_workers(3):
+        assert cpe.get_workers() == 3
+        with cpe.set_workers(-1):
+            assert cpe.get_workers() == os.cpu_count()
+        assert cpe.get_workers() == 3
+        thread = threading.Thread(target=lambda: seen.append(cpe.get_workers()))
+        thread.start()
+        thread.join()
+        del started[:]
+        cpe.positional_encoding_table(8192, 256)  # 16 MiB: three parts
+        assert len(started) == 2
+        del started[:]
+        cpe.positional_encoding_table(8192, 256, workers=1)  # an explicit count wins
+        assert started == []
+    assert seen == [1]
+    assert cpe.get_workers() == 1
+    with pytest.raises(KeyError), cpe.set_workers(2):
+        raise KeyError
+    assert cpe.get_workers() == 1
+    with pytest.raises(TypeError, match="got None"), cpe.set_workers(None):
+        pass
+
+
+def test_parallel_calls_from_several_threads_agree():
+    want = cpe.positional_encoding_table(8192, 256, start=5, dtype=np.float32)
+    results = [None] * 4
+
+    def work(k):
+        results[k] = cpe.positional_encoding_table(8192, 256, start=5, dtype=np.float32,
+                                                   workers=2)  # fmt: skip
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        assert result.tobytes() == want.tobytes()
