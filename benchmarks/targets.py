@@ -23,6 +23,7 @@ from cpe.benchmark.cases import (
     NUMPY,
     NUMPY_F64_TO_F32,
     TORCH,
+    workers_name,
 )
 from cpe.benchmark.cold import ColdResult
 from cpe.benchmark.report import TargetCheck
@@ -127,6 +128,18 @@ def _rope_positions_targets(result: GroupResult) -> list[TargetCheck]:
     ]
 
 
+def _workers_targets(result: GroupResult) -> list[TargetCheck]:
+    # The parallel-fill issue: a new 512 MiB table 1.5x faster with two threads;
+    # below 1 MiB (one part: the calling thread alone) no slower than 1.05x.
+    params = result.group.params
+    one, two = workers_name(1, out=False), workers_name(2, out=False)
+    if (params["n"], params["D"]) == (131072, 512):
+        return [_ratio_target(result, Ratio(one, two), 1.5, at_least=True)]
+    if params["mebibytes"] < 1:
+        return [_within(result, two, one, 1.05)]
+    return []
+
+
 def _no_targets(result: GroupResult) -> list[TargetCheck]:
     """Reported only: the issue sets no target for these."""
     return []
@@ -140,6 +153,7 @@ _GROUP_TARGETS = {
     "grid": _grid_targets,
     "rope": _rope_targets,
     "rope positions": _rope_positions_targets,
+    "workers": _workers_targets,
 }
 
 

@@ -24,7 +24,7 @@ from libc.stdint cimport uint16_t, uint32_t
 from libc.string cimport memcpy
 
 from cpe._conventions import resolve as _resolve_convention
-from cpe._workers import WORKERS_PARAMETER, as_workers, part_count, run_parts
+from cpe._workers import PART_BYTES, WORKERS_PARAMETER, as_workers, part_count, run_parts
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
@@ -884,6 +884,9 @@ cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_ap
                                                                CPE_FILL_CAPSULE)
 
 
+cdef Py_ssize_t _PART_BYTES = PART_BYTES
+
+
 cdef struct request:
     # One call of the fill loop, whose rows first, first + 1, ... _fill_rows fills.
     char* data
@@ -934,10 +937,10 @@ cdef int _fill(target, char* sin_data, const double* positions, double start, Py
         single=single, row_bytes=enc.width * (4 if single else 8), width=enc.width,
         n_freq=enc.n_freq, w_hi=enc.w_hi, w_lo=enc.w_lo, w_max=enc.w_max, layout=layout,
         amplitude=amplitude, levels=levels)
-    cdef Py_ssize_t parts = 1
+    cdef Py_ssize_t parts = 1, total = n * r.row_bytes * (1 if sin_data == NULL else 2)
     cdef int status
-    if workers > 1:
-        parts = part_count(workers, n, n * r.row_bytes * (1 if sin_data == NULL else 2))
+    if workers > 1 and total >= 2 * _PART_BYTES:  # (else one part, without a Python call)
+        parts = part_count(workers, n, total)
     if parts > 1:
         return _raise_for(_Parts(enc, kept).run(&r, n, parts), name)
     if n * enc.width < _NOGIL_VALUES:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import operator
 import os
 import threading
@@ -55,13 +56,20 @@ def as_workers(workers: Any, name: str = "workers") -> int:
         )
     count = operator.index(workers)
     if count < 0:
-        count += (os.cpu_count() or 1) + 1
+        count += _cpus() + 1
     if count < 1:
         raise ValueError(
             f"{name} must be a positive count of threads, or -k for os.cpu_count() + 1 - k "
             f"(-1: every CPU), got {workers}"
         )
     return min(count, _MOST)
+
+
+@functools.cache
+def _cpus() -> int:
+    """os.cpu_count(), read once: it reads a file on Linux, which would cost a small
+    call more than its fill."""
+    return os.cpu_count() or 1
 
 
 def get_workers() -> int:

@@ -488,6 +488,49 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
     )
 
 
+def workers_name(workers: int, out: bool) -> str:
+    """The label of cpe's new (or out=) table at ``workers``."""
+    return f"cpe{' out=' if out else ''} workers={workers}"
+
+
+def workers_group(n: int, D: int, rng: np.random.Generator) -> Group:
+    """An (n, D) float64 table, new and out=, at workers=1, 2 and -1 (every CPU):
+    the speed-ups of a parallel fill as ratios within each round."""
+    names: dict[str, Any] = {
+        "cpe_table": cpe.positional_encoding_table,
+        "n": n,
+        "D": D,
+        "out": np.empty((n, D)),
+    }
+    competitors = [
+        Competitor(
+            workers_name(workers, out),
+            "cpe",
+            f"cpe_table(n, D, start=arg, workers={workers}{', out=out' if out else ''})",
+            None if (workers, out) == (1, False) else 0.0,  # the same bits
+        )
+        for out in (False, True)
+        for workers in (1, 2, -1)
+    ]
+    size = mebibytes((n, D), np.float64)
+    return Group(
+        kind="workers",
+        name=f"workers f64 {n}x{D}",
+        section="table (n x D), float64, filled by several threads (workers=): time per table",
+        column=f"{n}x{D} {size:.3g}MiB",
+        params={"n": n, "D": D, "dtype": "float64", "mebibytes": size},
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        reference=workers_name(1, False),
+        ratios=[
+            Ratio(workers_name(1, out), workers_name(workers, out))
+            for out in (False, True)
+            for workers in (2, -1)
+        ],
+    )
+
+
 def _rivals_over_cpe(competitors: list[Competitor]) -> list[Ratio]:
     """rival / cpe for every rival: how many times faster cpe is."""
     return [Ratio(c.label, CPE) for c in competitors if c.role == "rival"]

@@ -36,13 +36,15 @@ from cpe.benchmark.cases import (
     rope_positions_group,
     single_vector_group,
     table_group,
+    workers_group,
 )
 from cpe.benchmark.cold import ColdResult, cold_cases, measure_cold
 from cpe.benchmark.environment import describe_environment
 from cpe.benchmark.report import TargetCheck, format_report, report_json
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
-KINDS = ("single", "table", "positions", "grid", "rope", "cold")  # rope: tables and ids
+# rope: tables and ids; workers: tables filled by several threads
+KINDS = ("single", "table", "positions", "grid", "rope", "workers", "cold")
 ROPE_POSITIONS_HEAD_DIM = 128  # Llama's
 DTYPES = (np.float64, np.float32)
 
@@ -58,6 +60,7 @@ class Plan:
     grids: tuple[tuple[int, int], ...]  # (size, D) of a size x size grid
     ropes: tuple[tuple[int, int], ...]  # (n, head_dim)
     rope_position_shapes: tuple[tuple[int, int], ...]  # (batch, seq) at ROPE_POSITIONS_HEAD_DIM
+    workers_tables: tuple[tuple[int, int], ...]  # float64 (n, D) at workers=1, 2, -1
     cold_widths: tuple[int, ...]
     cold_tables: tuple[tuple[int, int], ...]
     cold_processes: int
@@ -76,6 +79,7 @@ FULL = Plan(
     grids=((14, 768), (64, 1024)),
     ropes=((8192, 128), (65536, 128)),
     rope_position_shapes=((1, 4096), (8, 4096)),
+    workers_tables=((256, 256), (8192, 512), (131072, 512)),
     cold_widths=(4, 64, 512, 4096),
     cold_tables=((512, 512), (2048, 1024)),
     cold_processes=7,
@@ -93,6 +97,7 @@ QUICK = Plan(
     grids=((14, 768),),
     ropes=((8192, 128),),
     rope_position_shapes=((1, 4096),),
+    workers_tables=((256, 256), (8192, 512)),
     cold_widths=(512,),
     cold_tables=((512, 512),),
     cold_processes=3,
@@ -246,6 +251,8 @@ def build_groups(
             rope_positions_group(shape, ROPE_POSITIONS_HEAD_DIM, rng)
             for shape in plan.rope_position_shapes
         ]
+    if "workers" in kinds:
+        groups += [workers_group(n, D, rng) for n, D in plan.workers_tables]
     return groups
 
 
