@@ -240,6 +240,11 @@ EOF
 step "the wheel, installed in a fresh venv, tested from outside the source tree"
 SUITE_IGNORE="" run_suite python3 wheel "$repaired"
 
+step "stubtest: the installed wheel's stubs and inline types match its runtime"
+"$work/venv-wheel/bin/python" -m pip install -q "mypy==2.4.1"
+(cd "$work" && "$work/venv-wheel/bin/python" -m mypy.stubtest cpe \
+    --allowlist "$root/.ci/stubtest-allowlist.txt")
+
 # Built against NumPy 2, the wheel also runs on the oldest NumPy pyproject.toml
 # allows; NumPy 1 promotes scalars differently, which once hid behind a test.
 # The other runs check what depends on the Python and NumPy versions (the API
