@@ -198,7 +198,7 @@ else
 fi
 
 # run_suite PYTHON LABEL INSTALLABLE [REQUIREMENT...]: a fresh venv, cpe from
-# INSTALLABLE with its test extra (and the REQUIREMENTs), then the suite from a
+# INSTALLABLE with its test, plot and bfloat16 extras (and the REQUIREMENTs), then the suite from a
 # folder outside the source tree; every test must run (a skip would hide, say, a
 # missing compiler for test_cimport). SUITE_IGNORE lists test files left out. The comparisons with
 # torch/transformers/diffusers are left to 30-interop.sh, which installs those
@@ -206,7 +206,7 @@ fi
 run_suite() {
     local python=$1 label=$2 installable=$3 venv="$work/venv-$2" outside="$work/outside-$2"
     "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q "${installable}[test,plot]" "${@:4}" > "$work/install-$label.log" 2>&1 \
+    "$venv/bin/python" -m pip install -q "${installable}[test,plot,bfloat16]" "${@:4}" > "$work/install-$label.log" 2>&1 \
         || { tail -n 40 "$work/install-$label.log"; fail "$label: installing $installable failed"; }
     mkdir -p "$outside"
     cp -r "$root/tests" "$outside/tests"
