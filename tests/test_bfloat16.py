@@ -30,14 +30,16 @@ def bf16():
 
 
 def nearest_bfloat16(x: float) -> float:
-    """x rounded to 8 significant bits, ties to even, in exact rationals (bfloat16's
-    exponent range is float64's for the values cpe makes: none is below 2**-126
-    but zero, and none overflows)."""
+    """x rounded to bfloat16 in exact rationals: 8 significant bits, or multiples of
+    2**-133 below 2**-126 (subnormals), ties to even; infinity from 2**128 on."""
     if x == 0.0:
         return x
-    mantissa, exponent = math.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
-    scaled = Fraction(mantissa) * 2**8
-    return float(round(scaled) * Fraction(2) ** (exponent - 8))  # round(): ties to even
+    exponent = math.frexp(x)[1]  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    quantum = Fraction(2) ** max(exponent - 8, -133)
+    value = round(Fraction(x) / quantum) * quantum  # round(): ties to even
+    if abs(value) >= 2**128:
+        return math.copysign(math.inf, x)
+    return float(value)
 
 
 def assert_rounded_once(got: np.ndarray, exact64: np.ndarray) -> None:
@@ -51,14 +53,18 @@ def _yarn(factor: float) -> dict:
 
 def crafted() -> list[float]:
     """Halfway points between bfloat16 neighbours, and doubles just beside them
-    (by less than float32 resolves), at several scales."""
+    (by less than float32 resolves), at several scales; and values that overflow
+    bfloat16 or are subnormal in it."""
     # (mantissa * (1 + 2**-8) is halfway to the next bfloat16, mantissa * (1 + 2**-7))
     return [
         mantissa * scale * (1 + 2**-8) * (1 + offset)
         for scale in (1.0, 2.0**-20, 2.0**40, 3.0)
         for mantissa in (1.0, 1.0 + 2**-7, 1.5, 2.0 - 2**-7)
         for offset in (0.0, 2.0**-30, -(2.0**-30), 2.0**-52, -(2.0**-52))
-    ]
+    ] + [
+        1e39, 3.4e38, 3.3895e38, 3.3896e38, 3.3895313892515355e38,  # beyond bfloat16's range
+        1e-40, 9.18e-41, 5e-324, 2.0**-133, 2.0**-134, 1.5 * 2.0**-134, 2.0**-126 * 0.99,
+    ]  # fmt: skip
 
 
 def test_the_one_rounding_is_to_nearest_even_from_float64(bf16):

@@ -41,6 +41,7 @@ from cpe._fill cimport (
     CPE_LAYOUT_ROPE_INTERLEAVED,
     cpe_fill_api,
     cpe_gate,
+    cpe_gate_fail,
     cpe_level_shape,
     cpe_levels,
     cpe_state_get,
@@ -324,9 +325,12 @@ cpdef object as_positions(position, str name):
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
-        if str(getattr(position, "dtype", None)) != "torch.bfloat16":
+        try:
+            if str(getattr(position, "dtype", None)) != "torch.bfloat16":
+                raise
+            arr = np.asarray(position.float())  # bfloat16 values are float32 values
+        except Exception as exc:
             raise TypeError(f"{name} must be a real number or an array of them: {exc}") from None
-        arr = np.asarray(position.float())  # bfloat16 values are float32 values
     kind = arr.dtype.kind
     if kind == "V" and arr.dtype.name == "bfloat16":  # ml_dtypes' (JAX's): the same
         arr, kind = arr.astype(np.float32), "f"
@@ -967,13 +971,14 @@ cdef class _Parts:
         self.owners = owners
 
     cdef int run(self, const request* r, Py_ssize_t n, Py_ssize_t parts) except? -1:
-        cdef Py_ssize_t k, b, first
+        cdef Py_ssize_t k, b, first, reach = min(64, max(1, n // parts // 16))
         cdef size_t a = <size_t>r.data, s = <size_t>r.sin_data
         self.r = r[0]
         self.bounds = [0]
         for k in range(1, parts):
             first = n * k // parts
-            for b in range(first, min(first + 64, n)):  # the offsets repeat within 64 rows
+            # The offsets repeat within 64 rows; a part keeps at least 15/16 of its rows.
+            for b in range(first, min(first + reach, n)):
                 if (a + b * r.row_bytes) % 64 == 0 and (s == 0 or (s + b * r.row_bytes) % 64 == 0):
                     first = b
                     break
@@ -981,11 +986,20 @@ cdef class _Parts:
         self.bounds.append(n)
         self.status = [CPE_OK] * parts
         self.gate.parties, self.gate.arrived, self.gate.failed = parts, 0, 0
-        run_parts(self.part, parts)
-        for status in self.status:  # the part that failed, not those it stopped
+        run_parts(self.part, parts, self.cancel)
+        # The error one call would give: the positions' checks first (not finite,
+        # then out of range), then no memory; never a part stopped by another.
+        for status in (CPE_ERR_ARGUMENT, CPE_ERR_RANGE, CPE_ERR_NOMEM):
+            if status in self.status:
+                return status
+        for status in self.status:
             if status != CPE_OK and status != CPE_CANCELLED:
                 return status
         return CPE_OK
+
+    def cancel(self):
+        """Stop the parts at the gate (see run_parts)."""
+        cpe_gate_fail(&self.gate)
 
     def part(self, Py_ssize_t k):
         """Fill part ``k`` (see run_parts)."""
@@ -1014,7 +1028,7 @@ cdef object _encode(result, dt, const double* positions, double start, Py_ssize_
 
 cdef void _bfloat16_bits(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil:
     """Each finite ``x[i]`` rounded to the nearest bfloat16 (ties to even), once: first
-    to float32 rounding to odd (the neighbour with an odd last bit when inexact),
+    to float32 rounding to odd (of the two neighbours, the one whose last bit is odd),
     which keeps 16 bits beyond bfloat16's and so whether x was above, below or at a
     halfway point; then to nearest even (Boldo and Melquiond, 2008). Casting through
     float32 to nearest would round twice (1 + 2**-8 + 2**-30 would give 1)."""
@@ -1024,11 +1038,10 @@ cdef void _bfloat16_bits(const double* x, uint16_t* out, Py_ssize_t n) noexcept 
     for i in range(n):
         f = <float>x[i]
         memcpy(&bits, &f, 4)
-        if <double>f != x[i] and not (bits & 1):  # the other neighbour is odd
-            if fabs(<double>f) > fabs(x[i]):  # (infinity included: it becomes the largest float)
-                bits -= 1
-            else:
-                bits += 1
+        # Truncated toward zero (infinity becomes the largest float), then the
+        # last bit set when inexact: branch-free, so that the loop vectorizes.
+        bits -= fabs(<double>f) > fabs(x[i])
+        bits |= <double>f != x[i]
         out[i] = <uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
 
 

@@ -232,7 +232,7 @@ def _tile(
         width = len(columns)
         _tile_rows(out[first_row * width : stop * width], rows[first_row:stop], columns, as_bytes)
 
-    run_parts(part, parts)
+    run_parts(part, parts, lambda: None)  # (copies wait for no other part)
 
 
 def sincos_3d(

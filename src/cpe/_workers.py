@@ -19,7 +19,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-# Per thread and per asyncio task: a new thread starts with the default, 1.
+# Per thread and per asyncio task: a new thread starts with the default, 1 (where
+# threads inherit the context of the thread that starts them, as by default in
+# free-threaded Python 3.14, with that thread's).
 _DEFAULT: contextvars.ContextVar[int] = contextvars.ContextVar("cpe_workers", default=1)
 # More threads than this would cost more to start than any output could give them.
 _MOST = 256
@@ -30,8 +32,9 @@ PART_BYTES = 4 * 1024 * 1024
 
 def part_count(workers: int, items: int, nbytes: int) -> int:
     """How many parts an output of ``nbytes`` in ``items`` indivisible pieces (rows)
-    is split into for ``workers`` threads: 1 unless each part gets PART_BYTES."""
-    return max(1, min(workers, items, nbytes // PART_BYTES))
+    is split into for ``workers`` threads: 1 unless each part gets PART_BYTES, and
+    never more than the CPUs (the parts wait for each other, spinning)."""
+    return max(1, min(workers, _cpus(), items, nbytes // PART_BYTES))
 
 
 # The parameter's text in the docstrings of the functions that take it.
@@ -120,24 +123,27 @@ def set_workers(workers: int) -> Iterator[None]:
         _DEFAULT.reset(token)
 
 
-def run_parts(work: Callable[[int], None], count: int) -> None:
+def run_parts(work: Callable[[int], None], count: int, cancel: Callable[[], None]) -> None:
     """``work(k)`` for every ``k < count``, each on a thread of its own (the calling
     thread does ``work(0)``). No part starts before every thread has started: if
-    one cannot be started, nothing has been done and the error is raised. Returns
-    once every part has returned (a KeyboardInterrupt waits for them too: they
-    write into memory the caller owns); the first exception of a part is raised."""
+    one cannot be started, nothing has been done and the error is raised.
+    ``cancel()`` is called whenever a part may not run (an exception anywhere,
+    KeyboardInterrupt included): the parts that wait for each other (the fill
+    loop's gate) then stop instead of waiting for ever. Returns once every part
+    has returned, as they write into memory the caller owns; the first exception
+    is raised."""
     go = threading.Event()
     cancelled = False
     errors: list[BaseException] = []
 
     def part(k: int) -> None:
-        go.wait()
-        if cancelled:
-            return
         try:
-            work(k)
+            go.wait()
+            if not cancelled:
+                work(k)
         except BaseException as exc:  # raised by the caller, below
             errors.append(exc)
+            _surely(cancel)
 
     threads: list[threading.Thread] = []
     try:
@@ -145,16 +151,27 @@ def run_parts(work: Callable[[int], None], count: int) -> None:
             thread = threading.Thread(target=part, args=(k,), name=f"cpe-part-{k}", daemon=True)
             thread.start()
             threads.append(thread)
+        go.set()
+        part(0)
     except BaseException:
         cancelled = True
-        go.set()
+        _surely(cancel)
+        _surely(go.set)
         _join(threads)
         raise
-    go.set()
-    part(0)
     _join(threads)
     if errors:
         raise errors[0]
+
+
+def _surely(action: Callable[[], None]) -> None:
+    """``action()``, again if an exception (a KeyboardInterrupt) interrupted it."""
+    while True:
+        try:
+            action()
+            return
+        except BaseException:  # noqa: PERF203 (it must happen: threads wait for it)
+            continue
 
 
 def _join(threads: list[threading.Thread]) -> None:
