@@ -126,10 +126,14 @@ def test_an_interrupt_before_the_first_write_stops_every_part(monkeypatch):
     # written, and the interrupt is raised once every part has returned.
     wait = threading.Event.wait
     main = threading.get_ident()
+    waits = []
 
     def interrupted(self, timeout=None):
         if threading.get_ident() == main:
-            raise KeyboardInterrupt
+            waits.append(self)
+            # (the first is Thread.start's own wait for the thread to run)
+            if len(waits) == 2:
+                raise KeyboardInterrupt
         return wait(self, timeout)
 
     monkeypatch.setattr(threading.Event, "wait", interrupted)
@@ -240,3 +244,27 @@ def test_parallel_calls_from_several_threads_agree():
         thread.join()
     for result in results:
         assert result.tobytes() == want.tobytes()
+
+
+def test_parts_cover_the_rows_and_start_cache_lines_where_rows_allow():
+    from cpe._workers import part_bounds
+
+    rng = np.random.default_rng(25)
+    for _ in range(2000):
+        items = int(rng.integers(2, 5000))
+        parts = min(int(rng.integers(2, 9)), items)
+        item_bytes = int(rng.choice([4, 8, 12, 24, 512, 1000, 2048, 4 * 301]))
+        addresses = tuple(4 * int(a) for a in rng.integers(0, 4096, int(rng.integers(1, 3))))
+        bounds = part_bounds(items, parts, item_bytes, addresses)
+        assert (bounds[0], bounds[-1], len(bounds)) == (0, items, parts + 1)
+        assert bounds == sorted(bounds)
+        reach = min(64, max(1, items // parts // 16))
+        for k in range(1, parts):
+            share = items * k // parts
+            starts = [
+                row
+                for row in range(share, min(share + reach, items))
+                if all((a + row * item_bytes) % 64 == 0 for a in addresses)
+            ]
+            # The first row that starts a line in every table, else the share.
+            assert bounds[k] == max(starts[0] if starts else share, bounds[k - 1])

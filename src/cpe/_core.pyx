@@ -24,7 +24,14 @@ from libc.stdint cimport uint16_t, uint32_t
 from libc.string cimport memcpy
 
 from cpe._conventions import resolve as _resolve_convention
-from cpe._workers import PART_BYTES, WORKERS_PARAMETER, as_workers, part_count, run_parts
+from cpe._workers import (
+    PART_BYTES,
+    WORKERS_PARAMETER,
+    as_workers,
+    part_bounds,
+    part_count,
+    run_parts,
+)
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
@@ -958,9 +965,8 @@ cdef int _fill(target, char* sin_data, const double* positions, double start, Py
 cdef class _Parts:
     """A request filled as ranges of rows, each by a thread of its own (the calling
     one among them). The parts meet at a gate once checked and allocated, so that
-    one that fails leaves every part unwritten (see cpe_fill.h). A part's first row
-    starts a cache line in each table where the rows allow it, so that no two
-    threads write one line."""
+    one that fails leaves every part unwritten (see cpe_fill.h); see part_bounds for
+    where the parts start."""
     cdef request r
     cdef cpe_gate gate
     cdef list bounds
@@ -971,19 +977,11 @@ cdef class _Parts:
         self.owners = owners
 
     cdef int run(self, const request* r, Py_ssize_t n, Py_ssize_t parts) except? -1:
-        cdef Py_ssize_t k, b, first, reach = min(64, max(1, n // parts // 16))
-        cdef size_t a = <size_t>r.data, s = <size_t>r.sin_data
         self.r = r[0]
-        self.bounds = [0]
-        for k in range(1, parts):
-            first = n * k // parts
-            # The offsets repeat within 64 rows; a part keeps at least 15/16 of its rows.
-            for b in range(first, min(first + reach, n)):
-                if (a + b * r.row_bytes) % 64 == 0 and (s == 0 or (s + b * r.row_bytes) % 64 == 0):
-                    first = b
-                    break
-            self.bounds.append(max(first, self.bounds[k - 1]))
-        self.bounds.append(n)
+        tables = [<size_t>r.data]
+        if r.sin_data != NULL:
+            tables.append(<size_t>r.sin_data)
+        self.bounds = part_bounds(n, parts, r.row_bytes, tuple(tables))
         self.status = [CPE_OK] * parts
         self.gate.parties, self.gate.arrived, self.gate.failed = parts, 0, 0
         run_parts(self.part, parts, self.cancel)

@@ -24,7 +24,7 @@ from cpe._core import (
     written,
 )
 from cpe._typing import GridLayout
-from cpe._workers import as_workers, part_count, run_parts
+from cpe._workers import as_workers, part_bounds, part_count, run_parts
 from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
@@ -225,7 +225,7 @@ def _tile(
     rows = np.ascontiguousarray(first).view(np.uint8)
     columns = np.ascontiguousarray(second).view(np.uint8)
     parts = part_count(workers, len(rows), out.nbytes)
-    bounds = [len(rows) * k // parts for k in range(parts + 1)]
+    bounds = part_bounds(len(rows), parts, len(columns) * out.shape[1], (out.ctypes.data,))
 
     def part(k: int) -> None:
         first_row, stop = bounds[k], bounds[k + 1]

@@ -46,6 +46,25 @@ WORKERS_PARAMETER = """workers : int, optional
         are the same bits whatever the count."""
 
 
+def part_bounds(items: int, parts: int, item_bytes: int, addresses: tuple[int, ...]) -> list[int]:
+    """The first items (rows) of the parts of an output, and ``items`` last: equal
+    shares, each first row moved up to the first one whose bytes start a cache line
+    in every table (at ``addresses``), so that no two threads store into one line.
+    The offsets repeat within 64 rows; a part keeps at least 15/16 of its rows (a
+    row so wide that this shift is needed shares at most one line)."""
+    reach = min(64, max(1, items // parts // 16))
+    bounds = [0]
+    for k in range(1, parts):
+        first = items * k // parts
+        for row in range(first, min(first + reach, items)):
+            if all((address + row * item_bytes) % 64 == 0 for address in addresses):
+                first = row
+                break
+        bounds.append(max(first, bounds[-1]))
+    bounds.append(items)
+    return bounds
+
+
 def as_workers(workers: Any, name: str = "workers") -> int:
     """``workers`` as a count of threads (see the module), or the error naming it."""
     if workers is None:
