@@ -1,4 +1,4 @@
-"""bfloat16 outputs (ml_dtypes' NumPy dtype, torch.bfloat16 tensors) and positions.
+"""bfloat16 outputs (ml_dtypes' NumPy dtype) and positions (torch.bfloat16 tensors: test_interop).
 
 A bfloat16 value is cpe's float64 value rounded once to the nearest bfloat16, ties
 to even: checked against an exact rounding in rationals, on crafted values where
@@ -149,35 +149,6 @@ def test_a_rejected_bfloat16_out_is_left_untouched(bf16):
     assert (out.astype(np.float64) == 7.0).all()
     assert cpe.positional_encoding(np.arange(3), 8, dtype=bf16, out=out) is out
     assert_rounded_once(out, cpe.positional_encoding(np.arange(3), 8))
-
-
-def test_torch_bfloat16_tensors_are_filled_directly(bf16):
-    torch = require("torch")
-    for dtype in (torch.bfloat16, "bfloat16"):
-        tensor = torch.full((6, 16), 7.0, dtype=torch.bfloat16)
-        assert cpe.positional_encoding_table(6, 16, start=9, dtype=dtype, out=tensor) is tensor
-        want = cpe.positional_encoding_table(6, 16, start=9, dtype=bf16)
-        np.testing.assert_array_equal(tensor.view(torch.int16).numpy(), want.view(np.int16))
-    cos, sin = torch.empty(5, 8, dtype=torch.bfloat16), torch.empty(5, 8, dtype=torch.bfloat16)
-    assert cpe.rope_cos_sin(5, 8, start=3, dtype=torch.bfloat16, out=(cos, sin))[1] is sin
-    want_sin = cpe.rope_cos_sin(5, 8, start=3, dtype=bf16)[1]
-    np.testing.assert_array_equal(sin.view(torch.int16).numpy(), want_sin.view(np.int16))
-    # The wrong ones are refused before anything is written.
-    wrong = torch.full((16, 6), 7.0, dtype=torch.bfloat16).t()
-    with pytest.raises(ValueError, match="C-contiguous"):
-        cpe.positional_encoding_table(6, 16, dtype=torch.bfloat16, out=wrong)
-    with pytest.raises(TypeError, match=r"dtype float64 .*got bfloat16"):
-        cpe.positional_encoding_table(16, 6, out=wrong.t())
-    assert bool((wrong == 7.0).all())
-
-
-def test_torch_bfloat16_positions_are_read_as_values(bf16):
-    torch = require("torch")
-    ids = torch.tensor([[0.0, 3.5], [1024.0, -7.0]], dtype=torch.bfloat16, requires_grad=True)
-    want = cpe.positional_encoding(ids.detach().float().numpy(), 8)
-    np.testing.assert_array_equal(cpe.positional_encoding(ids, 8), want)
-    cos, _ = cpe.rope_cos_sin(ids, 8)
-    np.testing.assert_array_equal(cos, cpe.rope_cos_sin(ids.detach().float().numpy(), 8)[0])
 
 
 def test_without_ml_dtypes_bfloat16_says_what_to_install():

@@ -588,3 +588,35 @@ def test_readme_torch_examples(torch):
     runner.run(test)
     assert runner.failures == 0
     assert runner.tries > 0
+
+
+# ---- bfloat16 tensors (tests/test_bfloat16.py has the NumPy side) ----
+
+
+def test_torch_bfloat16_tensors_are_filled_directly(torch):
+    bf16 = np.dtype(require("ml_dtypes").bfloat16)
+    for dtype in (torch.bfloat16, "bfloat16"):
+        tensor = torch.full((6, 16), 7.0, dtype=torch.bfloat16)
+        assert cpe.positional_encoding_table(6, 16, start=9, dtype=dtype, out=tensor) is tensor
+        want = cpe.positional_encoding_table(6, 16, start=9, dtype=bf16)
+        np.testing.assert_array_equal(tensor.view(torch.int16).numpy(), want.view(np.int16))
+    cos, sin = torch.empty(5, 8, dtype=torch.bfloat16), torch.empty(5, 8, dtype=torch.bfloat16)
+    assert cpe.rope_cos_sin(5, 8, start=3, dtype=torch.bfloat16, out=(cos, sin))[1] is sin
+    want_sin = cpe.rope_cos_sin(5, 8, start=3, dtype=bf16)[1]
+    np.testing.assert_array_equal(sin.view(torch.int16).numpy(), want_sin.view(np.int16))
+    # The wrong ones are refused before anything is written.
+    wrong = torch.full((16, 6), 7.0, dtype=torch.bfloat16).t()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cpe.positional_encoding_table(6, 16, dtype=torch.bfloat16, out=wrong)
+    with pytest.raises(TypeError, match=r"dtype float64 .*got bfloat16"):
+        cpe.positional_encoding_table(16, 6, out=wrong.t())
+    assert bool((wrong == 7.0).all())
+
+
+def test_torch_bfloat16_positions_are_read_as_values(torch):
+    require("ml_dtypes")
+    ids = torch.tensor([[0.0, 3.5], [1024.0, -7.0]], dtype=torch.bfloat16, requires_grad=True)
+    want = cpe.positional_encoding(ids.detach().float().numpy(), 8)
+    np.testing.assert_array_equal(cpe.positional_encoding(ids, 8), want)
+    cos, _ = cpe.rope_cos_sin(ids, 8)
+    np.testing.assert_array_equal(cos, cpe.rope_cos_sin(ids.detach().float().numpy(), 8)[0])
