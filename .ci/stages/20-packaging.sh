@@ -243,7 +243,7 @@ SUITE_IGNORE="" run_suite python3 wheel "$repaired"
 step "stubtest: the installed wheel's stubs and inline types match its runtime"
 "$work/venv-wheel/bin/python" -m pip install -q "mypy==2.4.1"
 (cd "$work" && "$work/venv-wheel/bin/python" -m mypy.stubtest cpe \
-    --allowlist "$root/.ci/stubtest-allowlist.txt")
+    --mypy-config-file "$root/.ci/stubtest-mypy.ini" --allowlist "$root/.ci/stubtest-allowlist.txt")
 
 # Built against NumPy 2, the wheel also runs on the oldest NumPy pyproject.toml
 # allows; NumPy 1 promotes scalars differently, which once hid behind a test.
