@@ -919,8 +919,13 @@ cdef struct request:
 cdef int _fill_rows(const request* r, Py_ssize_t first, Py_ssize_t count,
                     cpe_gate* gate) noexcept nogil:
     cdef Py_ssize_t at = first * r.row_bytes
-    cdef char* sin_data = NULL if r.sin_data == NULL else r.sin_data + at
-    cdef const double* positions = NULL if r.positions == NULL else r.positions + first
+    # (if statements: a conditional expression with NULL is a void*, which drops const)
+    cdef char* sin_data = r.sin_data
+    cdef const double* positions = r.positions
+    if sin_data != NULL:
+        sin_data += at
+    if positions != NULL:
+        positions += first
     if r.single:
         return _FILL.fill_f32(<float*>(r.data + at), <float*>sin_data, positions,
                               r.start + <double>first, count, r.width, r.w_hi, r.w_lo,
