@@ -151,6 +151,9 @@ def run_parts(work: Callable[[int], None], count: int, cancel: Callable[[], None
     loop's gate) then stop instead of waiting for ever. Returns once every part
     has returned, as they write into memory the caller owns; the first exception
     is raised."""
+    if count == 1:  # the calling thread alone: no thread to wait for or to stop
+        work(0)
+        return
     go = threading.Event()
     cancelled = False
     errors: list[BaseException] = []

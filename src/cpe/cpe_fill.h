@@ -68,49 +68,6 @@ typedef struct {
 /* A part stopped at the gate because another failed; nothing was written. */
 enum { CPE_CANCELLED = -100 };
 
-#if defined(_MSC_VER)
-#include <intrin.h>
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
-static __inline long cpe_gate_get(long *v) { return _InterlockedOr(v, 0); }
-static __inline void cpe_gate_fail(cpe_gate *g) { _InterlockedExchange(&g->failed, 1); }
-static __inline void cpe_gate_arrive(cpe_gate *g) { _InterlockedIncrement(&g->arrived); }
-static __inline void cpe_gate_yield(void) { SwitchToThread(); }
-#else
-#include <sched.h>
-static inline long cpe_gate_get(long *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
-static inline void cpe_gate_fail(cpe_gate *g) {
-    __atomic_store_n(&g->failed, 1, __ATOMIC_RELEASE);
-}
-static inline void cpe_gate_arrive(cpe_gate *g) {
-    __atomic_add_fetch(&g->arrived, 1, __ATOMIC_ACQ_REL);
-}
-static inline void cpe_gate_yield(void) { sched_yield(); }
-#endif
-
-/* Arrive, then wait for the others: 1 when every part has arrived, 0 when one
- * failed. A NULL gate (one part) passes at once. */
-static inline int cpe_gate_pass(cpe_gate *g) {
-    if (g == NULL) {
-        return 1;
-    }
-    cpe_gate_arrive(g);
-    for (;;) {
-        if (cpe_gate_get(&g->failed)) {
-            return 0;
-        }
-        if (cpe_gate_get(&g->arrived) >= g->parties) {
-            return 1;
-        }
-        cpe_gate_yield();
-    }
-}
-
 /* out[i] (and sin_out[i] for the RoPE layouts) encodes positions[i], or start + i
  * when positions is NULL. w_max: the largest |w_hi[j]| (NaN if one is NaN), which
  * the encoding knows, or negative for the loop to find it. amplitude: a finite
@@ -136,15 +93,36 @@ typedef struct {
 #define CPE_FILL_CAPSULE "cpe.kernels._fill_api"
 
 /* Row states, published with release/acquire order: a thread that sees a row
- * ready also sees its values (free-threaded builds, several fills at once). */
+ * ready also sees its values (free-threaded builds, several fills at once); and
+ * the gate's counts. */
 #if defined(_MSC_VER)
 #include <intrin.h>
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h> /* SwitchToThread */
+static __inline long cpe_gate_get(long *v) { return _InterlockedOr(v, 0); }
+static __inline void cpe_gate_fail(cpe_gate *g) { _InterlockedExchange(&g->failed, 1); }
+static __inline void cpe_gate_arrive(cpe_gate *g) { _InterlockedIncrement(&g->arrived); }
+static __inline void cpe_gate_yield(void) { SwitchToThread(); }
 static __inline char cpe_state_get(char *s) { return _InterlockedOr8(s, 0); }
 static __inline void cpe_state_set(char *s, char v) { _InterlockedExchange8(s, v); }
 static __inline int cpe_state_claim(char *s) {
     return _InterlockedCompareExchange8(s, CPE_ROW_BUSY, CPE_ROW_EMPTY) == CPE_ROW_EMPTY;
 }
 #else
+#include <sched.h>
+static inline long cpe_gate_get(long *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+static inline void cpe_gate_fail(cpe_gate *g) {
+    __atomic_store_n(&g->failed, 1, __ATOMIC_RELEASE);
+}
+static inline void cpe_gate_arrive(cpe_gate *g) {
+    __atomic_add_fetch(&g->arrived, 1, __ATOMIC_ACQ_REL);
+}
+static inline void cpe_gate_yield(void) { sched_yield(); }
 static inline char cpe_state_get(char *s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
 static inline void cpe_state_set(char *s, char v) { __atomic_store_n(s, v, __ATOMIC_RELEASE); }
 static inline int cpe_state_claim(char *s) {
@@ -153,5 +131,23 @@ static inline int cpe_state_claim(char *s) {
                                        __ATOMIC_ACQUIRE);
 }
 #endif
+
+/* Arrive, then wait for the others: 1 when every part has arrived, 0 when one
+ * failed. A NULL gate (one part) passes at once. */
+static inline int cpe_gate_pass(cpe_gate *g) {
+    if (g == NULL) {
+        return 1;
+    }
+    cpe_gate_arrive(g);
+    for (;;) {
+        if (cpe_gate_get(&g->failed)) {
+            return 0;
+        }
+        if (cpe_gate_get(&g->arrived) >= g->parties) {
+            return 1;
+        }
+        cpe_gate_yield();
+    }
+}
 
 #endif /* CPE_FILL_H */
