@@ -8,6 +8,8 @@ of position ids), so that no cache of results can flatter anyone.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -38,6 +40,7 @@ MAE = "MAE's NumPy code"
 FLOOR_EMPTY = "floor np.empty(D)"
 FLOOR_NEW = "floor np.empty().fill"
 FLOOR_OUT = "floor out.fill"
+FLOOR_NEW_2 = "floor np.empty().fill, 2 threads"
 
 # Positions are drawn from [0, POSITION_RANGE), as in the issue.
 POSITION_RANGE = 8192
@@ -512,6 +515,12 @@ def workers_group(n: int, D: int, rng: np.random.Generator) -> Group:
         for out in (False, True)
         for workers in (1, 2, -1)
     ]
+    # What memory allows: a new table of ones, filled by one and by two threads.
+    names["filled"] = filled_by_threads
+    competitors += [
+        Competitor(FLOOR_NEW, "floor", "filled((n, D), 1)"),
+        Competitor(FLOOR_NEW_2, "floor", "filled((n, D), 2)"),
+    ]
     size = mebibytes((n, D), np.float64)
     return Group(
         kind="workers",
@@ -527,8 +536,27 @@ def workers_group(n: int, D: int, rng: np.random.Generator) -> Group:
             Ratio(workers_name(1, out), workers_name(workers, out))
             for out in (False, True)
             for workers in (2, -1)
-        ],
+        ]
+        + [Ratio(FLOOR_NEW, FLOOR_NEW_2)],
     )
+
+
+def filled_by_threads(shape: tuple[int, int], threads: int) -> np.ndarray:
+    """A new float64 array of ones, its rows split in equal shares between
+    ``threads`` threads (``ndarray.fill`` releases the GIL): the floor of a
+    parallel fill, page faults included."""
+    array = np.empty(shape)
+    bounds = [shape[0] * k // threads for k in range(threads + 1)]
+    others = [
+        threading.Thread(target=array[first:last].fill, args=(1.0,))
+        for first, last in itertools.pairwise(bounds[1:])
+    ]
+    for thread in others:
+        thread.start()
+    array[: bounds[1]].fill(1.0)
+    for thread in others:
+        thread.join()
+    return array
 
 
 def _rivals_over_cpe(competitors: list[Competitor]) -> list[Ratio]:
