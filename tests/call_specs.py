@@ -1256,7 +1256,7 @@ class OutCase:
 
     @property
     def is_wrong(self) -> bool:
-        return self.kind not in ("good", "overlap", "masked")
+        return self.kind not in ("good", "overlap", "masked", "buffer")
 
     def arrays(self) -> tuple[Any, ...]:
         """What the call must return: out= itself, or the arrays of the tuple."""
@@ -1277,7 +1277,7 @@ class OutCase:
         """Nothing was written outside the array's own bytes."""
         if self.parts:
             return all(part.guards_intact() for part in self.parts)
-        if self.owner is None or not isinstance(self.value, np.ndarray):
+        if self.owner is None or not isinstance(self.value, (np.ndarray, memoryview)):
             return True
         view = np.asarray(self.value)
         start = view.__array_interface__["data"][0] - self.owner.__array_interface__["data"][0]
@@ -1387,6 +1387,10 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
         return _case(kind, view, owner)
     if kind == "misaligned":
         return _case(kind, *_owned(shape, dtype, offset=pick(c, (1, 2, 4))))
+    if kind in ("buffer", "read_only_buffer") and dtype.char != "E":  # no bfloat16 buffers
+        view, owner = _owned(shape, dtype)
+        shared = memoryview(view)  # out= through the buffer protocol
+        return _case(kind, shared if kind == "buffer" else shared.toreadonly(), owner)
     if kind == "not_an_array":
         size = math.prod(shape)
         value = pick(
@@ -1395,8 +1399,7 @@ def make_out(c: Chooser, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> 
                 lambda: [0.0] * size,
                 lambda: tuple([0.0] * size),
                 lambda: bytearray(size * dtype.itemsize),
-                lambda: array.array("d", [0.0] * size),
-                lambda: memoryview(np.zeros(shape, dtype)),
+                lambda: array.array("b", bytes(size)),  # int8: never an output dtype
                 lambda: 0.0,
                 lambda: "out",
                 lambda: np.float64(0.0),
@@ -1429,12 +1432,13 @@ WRONG_OUT_KINDS = (
     "reversed",
     "read_only",
     "misaligned",
+    "read_only_buffer",
     "not_an_array",
     "matrix",
     "lying_shape",
     "lying_dtype",
 )
-RIGHT_OUT_KINDS = ("none", "good", "masked")
+RIGHT_OUT_KINDS = ("none", "good", "masked", "buffer")
 
 
 def overlap_out(c: Chooser, spec: CallSpec, args: dict[str, Any], dtype: np.dtype) -> OutCase:

@@ -121,9 +121,10 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
         for array in arrays:
             assert type(array) is np.ndarray, type(array)
     for array in arrays:
-        assert array.shape == shape, (array.shape, shape)
-        assert array.dtype == dtype, (array.dtype, dtype)
-    if arrays[0].size == 0:
+        view = np.asarray(array)  # out= may be a buffer (a memoryview, say)
+        assert view.shape == shape, (view.shape, shape)
+        assert view.dtype == dtype, (view.dtype, dtype)
+    if np.asarray(arrays[0]).size == 0:
         return
     float64 = None
     for i, (array, expected) in enumerate(zip(arrays, spec.expected(oracle_args), strict=True)):

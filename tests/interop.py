@@ -1,6 +1,6 @@
 """Import an optional third-party package, or skip; CPE_REQUIRE_INTEROP=1 makes it required.
 
-The interop CI stage installs torch, transformers and diffusers and sets the
+The interop CI stage installs torch, transformers, diffusers and JAX and sets the
 variable, so there a missing package fails instead of silently skipping.
 """
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+import ctypes
 from typing import NamedTuple
 
 import numpy as np
@@ -133,6 +135,12 @@ BAD_OUTS = [
         ValueError,
         "aligned",
     ),
+    # Buffers: read-only (bytes, a read-only memoryview), or bytes of no float dtype.
+    (lambda: memoryview(sentinel((2, 4))).toreadonly(), ValueError, "out must be writeable"),
+    (lambda: bytes(64), TypeError, "out must have dtype float64"),
+    (lambda: bytearray(64), TypeError, r"out must have dtype float64 \(.*\), got uint8"),
+    (lambda: array.array("d", [7.0] * 8), ValueError, "out must have shape"),
+    (lambda: memoryview(sentinel((4, 2)).T), ValueError, "C-contiguous"),
 ]
 
 
@@ -143,6 +151,24 @@ def test_bad_out_is_rejected(make_out, exc, text):
         cpe.positional_encoding([1, 2], 4, out=out)
     with pytest.raises(exc, match=text):
         cpe.positional_encoding_table(2, 4, out=out)
+
+
+def test_buffers_as_out_are_filled_and_returned():
+    # Any writable buffer of the right shape and dtype: array.array, memoryview...
+    flat = array.array("d", [7.0] * 8)
+    assert cpe.positional_encoding(3, 8, out=flat) is flat
+    assert np.asarray(flat).tobytes() == cpe.positional_encoding(3, 8).tobytes()
+    table = memoryview(sentinel((5, 6), np.float32))
+    assert cpe.positional_encoding_table(5, 6, start=2, dtype=np.float32, out=table) is table
+    np.testing.assert_array_equal(table, cpe.positional_encoding_table(5, 6, start=2, dtype="f4"))
+    cos, sin = memoryview(sentinel((4, 8))), memoryview(sentinel((4, 8)))
+    assert cpe.rope_cos_sin(4, 8, out=(cos, sin))[1] is sin
+    np.testing.assert_array_equal(np.asarray(sin), cpe.rope_cos_sin(4, 8)[1])
+
+
+def test_an_unreadable_buffer_as_out_is_refused():
+    with pytest.raises(TypeError, match="out must share memory that NumPy can read"):
+        cpe.positional_encoding(3, 2, out=(ctypes.c_char_p * 2)())  # format '<z': none of NumPy's
 
 
 def test_read_only_out_is_rejected_and_unchanged():

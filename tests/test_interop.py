@@ -8,6 +8,7 @@ against mpmath in test_accuracy.py.
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -570,16 +571,16 @@ def test_transformers_gptj_interleaved(torch):
     close_to_float32_code(sin, torch.repeat_interleave(sin_half, 2, dim=-1).numpy(), 512)
 
 
-def test_readme_torch_examples(torch):
+def run_readme_examples(kind):
+    """The README's examples in ```python-<kind> blocks, as doctests."""
     import doctest
     import pathlib
-    import re
 
     readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
     if not readme.exists():
         pytest.skip("README.md is not beside the tests (installed elsewhere)")
-    require("ml_dtypes")  # for the bfloat16 example
-    blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.DOTALL)
+    require("ml_dtypes")  # for the bfloat16 examples
+    blocks = re.findall(rf"```python-{kind}\n(.*?)```", readme.read_text(), flags=re.DOTALL)
     assert blocks
     test = doctest.DocTestParser().get_doctest(
         "\n".join(blocks), {"cpe": cpe, "np": np}, "README", "README.md", 0
@@ -588,6 +589,10 @@ def test_readme_torch_examples(torch):
     runner.run(test)
     assert runner.failures == 0
     assert runner.tries > 0
+
+
+def test_readme_torch_examples(torch):
+    run_readme_examples("torch")
 
 
 # ---- bfloat16 tensors (tests/test_bfloat16.py has the NumPy side) ----
@@ -620,3 +625,79 @@ def test_torch_bfloat16_positions_are_read_as_values(torch):
     np.testing.assert_array_equal(cpe.positional_encoding(ids, 8), want)
     cos, _ = cpe.rope_cos_sin(ids, 8)
     np.testing.assert_array_equal(cos, cpe.rope_cos_sin(ids.detach().float().numpy(), 8)[0])
+
+
+# ---- JAX ----
+
+
+@pytest.fixture(scope="module")
+def jax():
+    return require("jax")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="np.empty's alignment elsewhere")
+def test_jax_shares_large_outputs_through_dlpack(jax):
+    # XLA shares CPU memory that starts on a 64-byte boundary, and copies any
+    # other: cpe's new outputs of 16 MiB and more start on one.
+    for arrays in (
+        [cpe.positional_encoding_table(8192, 512, dtype=np.float32)],
+        [cpe.positional_encoding(np.arange(2**15), 128)],
+        [cpe.sincos_2d(64, 64, 1024)],
+        list(cpe.rope_cos_sin(16384, 128, dtype=np.float32)),
+    ):
+        for array in arrays:
+            with jax.enable_x64(True):  # else float64 is made float32: a copy
+                shared = jax.dlpack.from_dlpack(array)
+                assert shared.unsafe_buffer_pointer() == array.ctypes.data
+                assert np.asarray(shared).tobytes() == array.tobytes()
+
+
+def test_jax_without_x64_makes_float64_tables_the_float32_ones(jax):
+    # The pitfall: without x64, JAX turns float64 into float32 without a word.
+    # cpe's float32 table holds those very bits, without the float64 pass.
+    table = cpe.positional_encoding_table(300, 64, start=12345)
+    with jax.enable_x64(False):
+        converted = jax.numpy.asarray(table)
+    assert converted.dtype == np.float32
+    direct = cpe.positional_encoding_table(300, 64, start=12345, dtype=np.float32)
+    assert np.asarray(converted).tobytes() == direct.tobytes()
+    with jax.enable_x64(True):
+        kept = jax.numpy.asarray(table)
+        assert kept.dtype == np.float64
+        assert np.asarray(kept).tobytes() == table.tobytes()
+
+
+def test_jax_dtypes_and_positions(jax):
+    jnp = jax.numpy
+    for dtype in (jnp.float32, jnp.float16, jnp.float64):
+        want = cpe.positional_encoding_table(20, 16, start=3, dtype=np.dtype(dtype))
+        got = cpe.positional_encoding_table(20, 16, start=3, dtype=dtype)
+        assert got.dtype == want.dtype
+        assert got.tobytes() == want.tobytes()
+    require("ml_dtypes")
+    table = cpe.positional_encoding_table(20, 16, start=3, dtype=jnp.bfloat16)
+    assert jnp.asarray(table).dtype == jnp.bfloat16
+    assert (
+        table.tobytes()
+        == cpe.positional_encoding_table(20, 16, start=3, dtype="bfloat16").tobytes()
+    )
+    ids = jnp.array([[0, 5], [70000, -3]])
+    np.testing.assert_array_equal(
+        cpe.positional_encoding(ids, 8), cpe.positional_encoding(np.asarray(ids), 8)
+    )
+    half = jnp.array([0.0, 2.5, 1024.0], dtype=jnp.bfloat16)
+    np.testing.assert_array_equal(
+        cpe.rope_cos_sin(half, 8)[0], cpe.rope_cos_sin(np.asarray(half, np.float64), 8)[0]
+    )
+
+
+def test_jax_arrays_are_refused_as_out(jax):
+    # They cannot be changed: NumPy shares their memory read-only.
+    out = jax.numpy.full((4, 8), 7.0)
+    with pytest.raises(TypeError, match="out must be writeable, got a read-only ArrayImpl"):
+        cpe.positional_encoding_table(4, 8, dtype=out.dtype, out=out)
+    assert bool((out == 7.0).all())
+
+
+def test_readme_jax_examples(jax):
+    run_readme_examples("jax")

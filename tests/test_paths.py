@@ -251,12 +251,13 @@ LARGE_NEW_OUTPUTS = {
 }
 
 # Prints, for each output of the expressions in argv[2:], whether its arrays
-# start on a huge page boundary and whether their buffer is longer than they
-# are (moved there). With argv[1] == "mapped", glibc first serves blocks below
-# 32 MiB from its heap and keeps them there once freed, and a written 24 MiB
-# block is freed: the next new output gets memory already mapped (or "no
-# mallopt" is printed, as under ASan). With "no room", NumPy cannot allocate
-# more than 16 MiB of bytes at once.
+# start on a huge page boundary, whether their buffer is longer than they are
+# by more than a cache line (moved there), and whether they start on a line.
+# With argv[1] == "mapped", glibc first serves blocks below 32 MiB from its heap
+# and keeps them there once freed, and a written 24 MiB block is freed: the next
+# new output gets memory already mapped (or "no mallopt" is printed, as under
+# ASan). With "no room", NumPy cannot allocate more than 16 MiB and a cache line
+# of bytes at once.
 ALIGNMENT_SCRIPT = """
 import ctypes, sys
 import numpy as np
@@ -265,7 +266,7 @@ from cpe._core import _huge_page_bytes
 if sys.argv[1] == "no room":
     numpy_empty = np.empty
     def empty(shape, dtype=float, **keywords):
-        if np.dtype(dtype) == np.uint8 and np.prod(shape) > 16 << 20:
+        if np.dtype(dtype) == np.uint8 and np.prod(shape) > (16 << 20) + 64:
             raise MemoryError("no room")
         return numpy_empty(shape, dtype, **keywords)
     np.empty = empty
@@ -278,8 +279,9 @@ if sys.argv[1] == "mapped":
 kept = [eval(expression) for expression in sys.argv[2:]]
 huge = _huge_page_bytes()
 for arrays in kept:
-    longer = arrays[0].base.nbytes > sum(a.nbytes for a in arrays)
-    print(" ".join(f"{a.ctypes.data % huge == 0 if huge else None}/{longer}" for a in arrays))
+    longer = arrays[0].base.nbytes > sum(a.nbytes for a in arrays) + 64
+    print(" ".join(f"{a.ctypes.data % huge == 0 if huge else None}/{longer}/"
+                   f"{a.ctypes.data % 64 == 0}" for a in arrays))
 if sys.argv[1] == "no room":
     out = np.zeros(kept[0][0].shape)
     assert eval(sys.argv[2].replace(")]", ", out=out)]"))[0] is out
@@ -319,7 +321,7 @@ def test_large_new_outputs_in_new_memory_start_on_a_huge_page_boundary():
     lines = alignment("new", list(LARGE_NEW_OUTPUTS.values()))
     assert len(lines) == len(LARGE_NEW_OUTPUTS)
     for name, line in zip(LARGE_NEW_OUTPUTS, lines, strict=True):
-        assert set(line.split()) == {"True/True"}, name
+        assert set(line.split()) == {"True/True/True"}, name
 
 
 @pytest.mark.skipif(not cpe._core._huge_page_bytes(), reason="no transparent huge pages")
@@ -328,7 +330,7 @@ def test_large_new_outputs_take_numpy_s_size_when_there_is_no_room_for_more():
     # NumPy found room for, with the same values.
     expression = LARGE_NEW_OUTPUTS["table f64"]
     line, same = alignment("no room", [expression])
-    assert line.endswith("/False")
+    assert line.endswith("/False/True")  # on a cache line still
     assert same == "same values"
 
 
@@ -342,7 +344,7 @@ def test_large_new_outputs_keep_memory_that_is_already_mapped():
     if lines == ["no mallopt"]:
         pytest.skip("mallopt is not glibc's here (a sanitizer's allocator)")
     assert len(lines) == 1
-    assert lines[0].endswith("/False")
+    assert lines[0].endswith("/False/True")  # on a cache line still
 
 
 def test_in_process_results_match_the_subprocess():

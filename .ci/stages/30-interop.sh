@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cpe against the real packages whose conventions it reproduces (torch,
-# transformers, diffusers) and with the optional bfloat16 dtype (ml_dtypes), in a
-# venv of their own. CPE_REQUIRE_INTEROP=1 turns a missing package into a failure
+# transformers, diffusers), next to JAX, and with the optional bfloat16 dtype
+# (ml_dtypes), in a venv of their own. CPE_REQUIRE_INTEROP=1 turns a missing package into a failure
 # instead of a skip.
 set -euo pipefail
 venv="$CPE_CI_WORK/interop-venv"
@@ -14,6 +14,7 @@ python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --no-deps "timm==1.0.31"
 # vit-pytorch's package imports torchvision too: the test loads its simple_vit.py alone.
 "$venv/bin/python" -m pip install -q --no-deps "vit-pytorch==1.26.14" "einops==0.8.2"
+"$venv/bin/python" -m pip install -q "jax==0.10.2" "jaxlib==0.10.2"
 "$venv/bin/python" -m pip install -q ".[test,bfloat16]"
 CPE_REQUIRE_INTEROP=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_interop.py \
     tests/test_bfloat16.py tests/test_invariance.py

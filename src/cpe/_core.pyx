@@ -431,6 +431,7 @@ cdef bint _too_large(tuple shape, dt):
 cdef Py_ssize_t _VIEW_OUTPUT_BYTES = 16 * 1024 * 1024
 cdef enum:
     _DIMS_AT_MOST = 64  # NumPy 2's limit (NumPy 1's is 32)
+    _LINE_BYTES = 64  # a cache line, where such views start
 cdef bint _VIEW_OUTPUTS = sys.platform.startswith("linux")
 
 
@@ -460,7 +461,8 @@ cdef Py_ssize_t _HUGE_PAGE = _huge_page_bytes()
 cdef object _new_array(tuple shape, dt):
     """``np.empty(shape, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
     a view of a byte buffer on a huge page boundary unless NumPy's memory is
-    mapped already (see above). ``shape`` must not be _too_large."""
+    mapped already (see above), and on a cache line then. ``shape`` must not be
+    _too_large."""
     cdef int typenum = -1
     cdef Py_ssize_t nbytes, length, huge, k, ndim = len(shape)
     cdef cnp.npy_intp dims[_DIMS_AT_MOST]
@@ -482,8 +484,13 @@ cdef object _new_array(tuple shape, dt):
             return np.empty(shape, dtype=dt)
         # np.empty without its Python call and argument parsing
         return cnp.PyArray_EMPTY(<int>ndim, dims, typenum, 0)
-    cdef cnp.ndarray raw = np.empty(nbytes, dtype=np.uint8)
+    # A cache line more than needed: the view starts on one at least (XLA shares
+    # only memory so aligned through DLPack, and the streaming stores prefer it).
+    if nbytes > PY_SSIZE_T_MAX - 2 * _LINE_BYTES:
+        return np.empty(shape, dtype=dt)  # NumPy's error
+    cdef cnp.ndarray raw = np.empty(nbytes + _LINE_BYTES, dtype=np.uint8)
     cdef size_t address = <size_t>cnp.PyArray_DATA(raw)
+    cdef Py_ssize_t boundary = _LINE_BYTES
     huge = _HUGE_PAGE
     if (huge and address % huge and nbytes <= PY_SSIZE_T_MAX - 2 * huge
             and cpe_mostly_mapped(<void*>address, nbytes) == 0):
@@ -492,11 +499,11 @@ cdef object _new_array(tuple shape, dt):
         length = (nbytes + huge - 1) // huge * huge + huge
         try:
             raw = np.empty(length, dtype=np.uint8)
+            boundary = huge
         except MemoryError:  # then at least the size NumPy found room for
-            raw = np.empty(nbytes, dtype=np.uint8)
-        else:
-            address = <size_t>cnp.PyArray_DATA(raw)
-            raw = raw[(huge - address % huge) % huge:][:nbytes]
+            raw = np.empty(nbytes + _LINE_BYTES, dtype=np.uint8)
+        address = <size_t>cnp.PyArray_DATA(raw)
+    raw = raw[(boundary - address % boundary) % boundary:][:nbytes]
     return raw.view(dt).reshape(shape)
 
 
@@ -551,11 +558,11 @@ cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
 
 cdef object _shared_array(out, str name):
     """An ``out=`` of another library (a CPU tensor, say) as a NumPy array of its
-    memory, through DLPack, which never copies: the checks then read that array.
-    One that requires grad is refused: cpe writes into it behind autograd."""
+    memory, through DLPack or the buffer protocol, which never copy: the checks
+    then read that array. One that requires grad is refused: cpe writes into it
+    behind autograd."""
     if not hasattr(out, "__dlpack__"):
-        raise TypeError(f"{name} must be a numpy.ndarray or a CPU array that supports DLPack "
-                        f"(a torch tensor, say), got {type(out).__name__}")
+        return _buffer_array(out, name)
     if getattr(out, "requires_grad", False) is True:
         raise TypeError(f"{name} must not require grad: cpe would write into it behind "
                         "autograd")
@@ -572,10 +579,33 @@ cdef object _shared_array(out, str name):
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
                         f"DLPack, got {type(out).__name__} ({exc})") from None
     if not shared.flags.writeable:
-        raise TypeError(f"{name}: NumPy {np.__version__} shares {type(out).__name__} memory "
-                        "read-only through DLPack (NumPy 2.2 and newer, writable); pass a "
-                        "numpy.ndarray of it instead")
+        if _DLPACK_READ_ONLY:
+            raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
+                            "DLPack array read-only (NumPy 2.2 and newer share writable "
+                            "ones writable); pass a numpy.ndarray of it instead")
+        raise TypeError(f"{name} must be writeable, got a read-only {type(out).__name__} "
+                        "(a JAX array, say, which cannot be changed)")
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
+
+
+# NumPy before 2.2 imports DLPack memory read-only, whoever exports it.
+_DLPACK_READ_ONLY = tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 2)
+
+
+cdef object _buffer_array(out, str name):
+    """``out=`` that exports its memory through the buffer protocol (array.array,
+    memoryview, bytearray...), as a NumPy array of that memory and format."""
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise TypeError(f"{name} must be a numpy.ndarray, or a CPU array that shares its "
+                        f"memory through DLPack (a torch tensor, say) or the buffer protocol, "
+                        f"got {type(out).__name__}") from None
+    try:
+        return np.asarray(view)
+    except Exception as exc:  # a format or a layout NumPy cannot read
+        raise TypeError(f"{name} must share memory that NumPy can read as an array, got "
+                        f"{type(out).__name__} of format {view.format!r} ({exc})") from None
 
 
 cpdef object written(out):
