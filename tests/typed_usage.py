@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_type
 
 import numpy as np
 import numpy.typing as npt
 
 import cpe
 
+F32 = npt.NDArray[np.float32]
+
 
 def every_call() -> list[npt.NDArray[Any]]:
     width = np.int64(16)  # NumPy integers (SupportsIndex) wherever a count goes
-    out = np.empty((4, 8))
-    results = [
+    out: npt.NDArray[np.float64] = np.empty((4, 8))
+    results: list[npt.NDArray[Any]] = [
         cpe.positional_encoding(3, width),
         cpe.positional_encoding(np.arange(5), 8, layout="sin_cos", dtype=np.float32),
         cpe.positional_encoding(2.5, 8, convention="fairseq"),
@@ -27,6 +29,18 @@ def every_call() -> list[npt.NDArray[Any]]:
         cpe.positional_encoding([1, 2], 8, workers=-1, dtype="float16"),
         cpe.sincos_2d(2, 3, 16, workers=2),
     ]
+    # The result's type follows dtype= (float64 without it), and out= is returned.
+    assert_type(cpe.positional_encoding(3, 8), npt.NDArray[np.float64])
+    assert_type(cpe.positional_encoding([3], 8, dtype=np.float32), npt.NDArray[np.float32])
+    assert_type(cpe.positional_encoding(3, 8, dtype="float16"), npt.NDArray[np.floating[Any]])
+    assert_type(cpe.positional_encoding_table(4, 8, out=out), npt.NDArray[np.float64])
+    half = np.dtype(np.float16)
+    assert_type(cpe.positional_encoding_table(4, 8, dtype=half), npt.NDArray[np.float16])
+    assert_type(cpe.sincos_2d(2, 3, 16, dtype=np.float32), npt.NDArray[np.float32])
+    assert_type(cpe.sincos_3d(2, 2, 3, 32), npt.NDArray[np.float64])
+    pair: tuple[F32, F32] = np.empty((8, 16), np.float32), np.empty((8, 16), np.float32)
+    assert_type(cpe.rope_cos_sin(8, 16, dtype=np.float32, out=pair), tuple[F32, F32])
+    assert_type(cpe.rope_cos_sin(8, 16, dtype=np.float32), tuple[F32, F32])
     with cpe.set_workers(2):
         assert cpe.get_workers() == 2
     cos, sin = cpe.rope_cos_sin(np.int64(8), width, start=np.int64(100), layout="interleaved")

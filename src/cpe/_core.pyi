@@ -1,26 +1,71 @@
 from collections.abc import Callable
-from typing import Any, SupportsIndex, TypeVar
+from typing import Any, SupportsIndex, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from cpe._typing import Convention, Layout
+from cpe._typing import Convention, Float, Layout, Out
 
 _T = TypeVar("_T")
 
+@overload
+def positional_encoding(
+    position: npt.ArrayLike,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    dtype: type[Float] | np.dtype[Float] = ...,
+    out: None = None,
+    layout: Layout | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
+) -> npt.NDArray[Float]: ...
+@overload
 def positional_encoding(
     position: npt.ArrayLike,
     D: SupportsIndex,
     *,
     base: float = 10000.0,
     dtype: npt.DTypeLike = ...,
-    out: npt.NDArray[np.floating[Any]] | None = None,
+    out: None = None,
     layout: Layout | None = None,
     freq_shift: float | None = None,
     scale: float = 1.0,
     convention: Convention | None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
+@overload
+def positional_encoding(
+    position: npt.ArrayLike,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    dtype: npt.DTypeLike = ...,
+    out: Out,
+    layout: Layout | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
+) -> Out: ...
+@overload
+def positional_encoding_table(
+    n: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    start: SupportsIndex = 0,
+    base: float = 10000.0,
+    dtype: type[Float] | np.dtype[Float] = ...,
+    out: None = None,
+    layout: Layout | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
+) -> npt.NDArray[Float]: ...
+@overload
 def positional_encoding_table(
     n: SupportsIndex,
     D: SupportsIndex,
@@ -28,13 +73,28 @@ def positional_encoding_table(
     start: SupportsIndex = 0,
     base: float = 10000.0,
     dtype: npt.DTypeLike = ...,
-    out: npt.NDArray[np.floating[Any]] | None = None,
+    out: None = None,
     layout: Layout | None = None,
     freq_shift: float | None = None,
     scale: float = 1.0,
     convention: Convention | None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
+@overload
+def positional_encoding_table(
+    n: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    start: SupportsIndex = 0,
+    base: float = 10000.0,
+    dtype: npt.DTypeLike = ...,
+    out: Out,
+    layout: Layout | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: Convention | None = None,
+    workers: SupportsIndex | None = None,
+) -> Out: ...
 def _huge_page_bytes() -> int: ...
 def as_count(value: object, name: str, minimum: int) -> int: ...
 def as_real(value: object, name: str) -> float: ...

@@ -8,7 +8,7 @@ the output. All checks happen before anything is written into ``out``.
 from __future__ import annotations
 
 import math
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,9 @@ from cpe._core import (
     written,
 )
 from cpe._typing import GridLayout
+
+if TYPE_CHECKING:
+    from cpe._typing import Float, Out
 from cpe._workers import as_workers, part_bounds, part_count, run_parts
 from cpe.kernels import _tile_rows
 
@@ -66,6 +69,25 @@ def _axes(
     )
 
 
+@overload
+def sincos_2d(
+    grid_h: SupportsIndex,
+    grid_w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    layout: GridLayout = "mae",
+    extra_tokens: SupportsIndex = 0,
+    base_size: float | None = None,
+    interpolation_scale: float = 1.0,
+    freq_shift: float | None = 0.0,
+    dtype: type[Float] | np.dtype[Float] = ...,
+    out: None = None,
+    workers: SupportsIndex | None = None,
+) -> npt.NDArray[Float]: ...
+
+
+@overload
 def sincos_2d(
     grid_h: SupportsIndex,
     grid_w: SupportsIndex,
@@ -78,9 +100,44 @@ def sincos_2d(
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
     dtype: npt.DTypeLike = np.float64,
-    out: npt.NDArray[np.floating[Any]] | None = None,
+    out: None = None,
     workers: SupportsIndex | None = None,
-) -> npt.NDArray[np.floating[Any]]:
+) -> npt.NDArray[np.floating[Any]]: ...
+
+
+@overload
+def sincos_2d(
+    grid_h: SupportsIndex,
+    grid_w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    layout: GridLayout = "mae",
+    extra_tokens: SupportsIndex = 0,
+    base_size: float | None = None,
+    interpolation_scale: float = 1.0,
+    freq_shift: float | None = 0.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: Out,
+    workers: SupportsIndex | None = None,
+) -> Out: ...
+
+
+def sincos_2d(
+    grid_h: SupportsIndex,
+    grid_w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    layout: GridLayout = "mae",
+    extra_tokens: SupportsIndex = 0,
+    base_size: float | None = None,
+    interpolation_scale: float = 1.0,
+    freq_shift: float | None = 0.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: Any = None,
+    workers: SupportsIndex | None = None,
+) -> Any:
     """Sinusoidal encoding of a ``grid_h x grid_w`` grid of tokens (ViT patches).
 
     Tokens are in row-major order (row ``h`` outer, column ``w`` inner). With
@@ -235,6 +292,23 @@ def _tile(
     run_parts(part, parts, lambda: None)  # (copies wait for no other part)
 
 
+@overload
+def sincos_3d(
+    t: SupportsIndex,
+    h: SupportsIndex,
+    w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    temporal_interpolation_scale: float = 1.0,
+    spatial_interpolation_scale: float = 1.0,
+    dtype: type[Float] | np.dtype[Float] = ...,
+    out: None = None,
+    workers: SupportsIndex | None = None,
+) -> npt.NDArray[Float]: ...
+
+
+@overload
 def sincos_3d(
     t: SupportsIndex,
     h: SupportsIndex,
@@ -245,9 +319,40 @@ def sincos_3d(
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
     dtype: npt.DTypeLike = np.float64,
-    out: npt.NDArray[np.floating[Any]] | None = None,
+    out: None = None,
     workers: SupportsIndex | None = None,
-) -> npt.NDArray[np.floating[Any]]:
+) -> npt.NDArray[np.floating[Any]]: ...
+
+
+@overload
+def sincos_3d(
+    t: SupportsIndex,
+    h: SupportsIndex,
+    w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    temporal_interpolation_scale: float = 1.0,
+    spatial_interpolation_scale: float = 1.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: Out,
+    workers: SupportsIndex | None = None,
+) -> Out: ...
+
+
+def sincos_3d(
+    t: SupportsIndex,
+    h: SupportsIndex,
+    w: SupportsIndex,
+    D: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    temporal_interpolation_scale: float = 1.0,
+    spatial_interpolation_scale: float = 1.0,
+    dtype: npt.DTypeLike = np.float64,
+    out: Any = None,
+    workers: SupportsIndex | None = None,
+) -> Any:
     """Sinusoidal encoding of a ``t x h x w`` video grid, as diffusers'
     ``get_3d_sincos_pos_embed``.
 

@@ -7,7 +7,7 @@ import math
 import operator
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, SupportsIndex, TypeGuard
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,9 +28,69 @@ from cpe._core import (
 )
 from cpe._scaling import Scheme, scheme, sections_of
 from cpe._typing import RopeLayout
+
+if TYPE_CHECKING:
+    from cpe._typing import Float, Out, Out2
 from cpe._workers import as_workers
 
 ROPE_LAYOUTS = ("half", "interleaved")
+
+
+@overload
+def rope_cos_sin(
+    n: SupportsIndex | npt.ArrayLike,
+    head_dim: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    start: SupportsIndex = 0,
+    layout: RopeLayout = "half",
+    dtype: type[Float] | np.dtype[Float] = ...,
+    out: None = None,
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
+    inv_freq: npt.ArrayLike | None = None,
+    axes_dim: Sequence[SupportsIndex] | None = None,
+    workers: SupportsIndex | None = None,
+) -> tuple[npt.NDArray[Float], npt.NDArray[Float]]: ...
+
+
+@overload
+def rope_cos_sin(
+    n: SupportsIndex | npt.ArrayLike,
+    head_dim: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    start: SupportsIndex = 0,
+    layout: RopeLayout = "half",
+    dtype: npt.DTypeLike = np.float64,
+    out: None = None,
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
+    inv_freq: npt.ArrayLike | None = None,
+    axes_dim: Sequence[SupportsIndex] | None = None,
+    workers: SupportsIndex | None = None,
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
+
+
+@overload
+def rope_cos_sin(
+    n: SupportsIndex | npt.ArrayLike,
+    head_dim: SupportsIndex,
+    *,
+    base: float = 10000.0,
+    start: SupportsIndex = 0,
+    layout: RopeLayout = "half",
+    dtype: npt.DTypeLike = np.float64,
+    out: tuple[Out, Out2],
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
+    inv_freq: npt.ArrayLike | None = None,
+    axes_dim: Sequence[SupportsIndex] | None = None,
+    workers: SupportsIndex | None = None,
+) -> tuple[Out, Out2]: ...
 
 
 def rope_cos_sin(
@@ -41,14 +101,14 @@ def rope_cos_sin(
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
     dtype: npt.DTypeLike = np.float64,
-    out: tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]] | None = None,
+    out: tuple[Any, Any] | None = None,
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
     workers: SupportsIndex | None = None,
-) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
+) -> Any:
     """The ``(cos, sin)`` tables of rotary position embeddings.
 
     With ``w_j = base ** (-2j / head_dim)`` for ``j < head_dim / 2``, position
