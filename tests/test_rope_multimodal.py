@@ -233,6 +233,8 @@ def test_axial_is_exact_at_a_million():
         (np.zeros((5, 3)), {"axes_dim": ()}, ValueError, "axes_dim must give at least one"),
         (np.zeros((5, 3)), {"axes_dim": 32}, TypeError, "axes_dim must be a sequence"),
         (np.zeros((5, 3)), {"axes_dim": [[16, 16]]}, TypeError, "axes_dim must be a sequence"),
+        (np.zeros((5, 3)), {"axes_dim": [[16], [8, 8]]}, TypeError, "axes_dim must be a sequence"),
+        (np.zeros((5, 3)), {"axes_dim": "16"}, TypeError, "axes_dim must be a sequence"),
         (np.zeros((5, 3)), {"axes_dim": (16.0, 8, 8)}, TypeError, "axes_dim[0]"),
         (np.zeros((5, 2)), {"axes_dim": (16, 8, 8)}, ValueError, "last axis of len(axes_dim)"),
         (5, {"axes_dim": (16, 8, 8)}, TypeError, "n must be an array of positions of shape"),

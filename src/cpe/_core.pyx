@@ -9,7 +9,7 @@ import operator
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -126,6 +126,19 @@ cdef Py_ssize_t _count_checked(value, str name, Py_ssize_t minimum) except -1:
     if count > sys.maxsize:
         raise ValueError(f"{name} is too large: {count}")
     return count
+
+
+cpdef list as_sequence(value, str name, str what, Py_ssize_t length=-1):
+    """The items of ``value``, a flat sequence (not a str, bytes or mapping, not
+    ragged) of ``length`` items if given, or the TypeError naming it and ``what``
+    it must hold."""
+    try:
+        flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
+    except ValueError:  # ragged
+        flat = False
+    if not flat or (length >= 0 and len(value) != length):
+        raise TypeError(f"{name} must be a sequence of {what}")
+    return list(value)
 
 
 cpdef double as_real(value, str name) except? -1.0:

@@ -20,6 +20,7 @@ from cpe._core import (
     as_count,
     as_dtype,
     as_positions,
+    as_sequence,
     as_start,
     prepare_out,
     rope_outputs,
@@ -475,13 +476,8 @@ def _side_by_side(
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
-    try:
-        flat = not isinstance(axes_dim, (str, bytes, Mapping)) and np.ndim(axes_dim) == 1
-    except ValueError:  # ragged
-        flat = False
-    if not flat:
-        raise TypeError("axes_dim must be a sequence of integers (the width of each axis)")
-    widths = [as_count(width, f"axes_dim[{i}]", 2) for i, width in enumerate(axes_dim)]
+    items = as_sequence(axes_dim, "axes_dim", "integers (the width of each axis)")
+    widths = [as_count(width, f"axes_dim[{i}]", 2) for i, width in enumerate(items)]
     if not widths:
         raise ValueError("axes_dim must give at least one axis")
     odd = [width for width in widths if width % 2]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cpe._core import as_base, as_count, as_real, paper_frequencies
+from cpe._core import as_base, as_count, as_real, as_sequence, paper_frequencies
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 # The keys of transformers' RopeParameters, the older rope_scaling's "type" and the
@@ -198,13 +198,8 @@ class _Parameters:
             raise ValueError(
                 f"rope_parameters of rope_type {self.rope_type!r} needs the key {key!r}"
             )
-        try:
-            flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
-        except ValueError:  # ragged
-            flat = False
-        if not flat:
-            raise TypeError(f"{self.name(key)} must be a sequence of numbers")
-        factors = np.array([as_real(v, f"{self.name(key)}[{i}]") for i, v in enumerate(value)])
+        items = as_sequence(value, self.name(key), "numbers")
+        factors = np.array([as_real(v, f"{self.name(key)}[{i}]") for i, v in enumerate(items)])
         if len(factors) != count:
             raise ValueError(
                 f"{self.name(key)} must have rotary_dim // 2 = {count} entries, got {len(factors)}"
@@ -309,13 +304,8 @@ def _sections(read: _Parameters, half: int) -> dict[str, Any]:
     the ``half`` frequencies of the tables."""
     value = read.parameters["mrope_section"]
     name = read.name("mrope_section")
-    try:
-        flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
-    except ValueError:  # ragged
-        flat = False
-    if not flat or len(value) != 3:
-        raise TypeError(f"{name} must be a sequence of three integers (temporal, height, width)")
-    sections = tuple(as_count(v, f"{name}[{i}]", 0) for i, v in enumerate(value))
+    items = as_sequence(value, name, "three integers (temporal, height, width)", 3)
+    sections = tuple(as_count(v, f"{name}[{i}]", 0) for i, v in enumerate(items))
     if sum(sections) != half:
         raise ValueError(
             f"{name} must sum to the tables' {half} frequencies (rotary_dim / 2; head_dim / 2 "
