@@ -267,3 +267,49 @@ def test_txt_output_reads_back(tmp_path):
     target = tmp_path / "pe.txt"
     assert run("table", "5", "6", "--output", str(target)).returncode == 0
     np.testing.assert_array_equal(np.loadtxt(target), cpe.positional_encoding_table(5, 6))
+
+
+@pytest.mark.parametrize("command", [["table", "9", "6", "--start", "5"], ["rope", "9", "6"]])
+def test_bfloat16_text_reads_back_exactly(tmp_path, command):
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    target = tmp_path / "pe.txt"
+    result = run(*command, "--dtype", "bfloat16", "--output", str(target))
+    assert result.returncode == 0, result.stderr
+    if command[0] == "table":
+        expected = cpe.positional_encoding_table(9, 6, start=5, dtype="bfloat16")
+    else:
+        expected = np.concatenate(cpe.rope_cos_sin(9, 6, dtype="bfloat16"))
+    assert np.loadtxt(target).astype(bf16).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_bfloat16_is_refused_where_npy_would_lose_it(tmp_path, suffix):
+    pytest.importorskip("ml_dtypes")
+    target = tmp_path / f"pe{suffix}"
+    result = run("table", "4", "8", "--dtype", "bfloat16", "--output", str(target))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert f"a {suffix} file cannot hold bfloat16" in result.stderr
+    assert not target.exists()
+
+
+def test_bfloat16_without_ml_dtypes_is_a_one_line_error():
+    # In a process where ml_dtypes cannot be imported (installed or not).
+    script = """
+import sys
+
+class NoMlDtypes:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ml_dtypes":
+            raise ModuleNotFoundError("No module named 'ml_dtypes'")
+
+sys.meta_path.insert(0, NoMlDtypes())
+from cpe._cli import main
+sys.exit(main(["encode", "3", "8", "--dtype", "bfloat16"]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "cpe encode: error: dtype='bfloat16' needs the ml_dtypes package, which gives NumPy "
+        "its bfloat16 dtype: pip install ml_dtypes\n"
+    )

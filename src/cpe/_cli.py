@@ -80,7 +80,10 @@ def _integers(text: str) -> list[int]:
 
 def _dtype_option(group: Any) -> None:
     group.add_argument(
-        "--dtype", default="float64", choices=["float64", "float32", "float16"], help="output dtype"
+        "--dtype",
+        default="float64",
+        choices=["float64", "float32", "float16", "bfloat16"],
+        help="output dtype (bfloat16 needs the ml_dtypes package)",
     )
 
 
@@ -257,7 +260,10 @@ def _emit(
 ) -> None:
     """Print or save ``array``; with several ``names``, ``array`` stacks the arrays
     of those names (RoPE's cos and sin)."""
-    digits = {"float64": "%.17g", "float32": "%.9g", "float16": "%.5g"}[array.dtype.name]
+    # As many digits as read each value back exactly.
+    digits = {"float64": "%.17g", "float32": "%.9g", "float16": "%.5g", "bfloat16": "%.4g"}[
+        array.dtype.name
+    ]
     rows = array.reshape(1, -1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
     if output is None:
         if fmt == "csv":
@@ -270,6 +276,12 @@ def _emit(
             print(np.array2string(array, threshold=sys.maxsize, max_line_width=100))
         return
     suffix = output.suffix.lower()
+    if suffix in (".npy", ".npz") and array.dtype.name == "bfloat16":
+        raise ValueError(
+            f"--output: a {suffix} file cannot hold bfloat16 (NumPy saves it as bare 2-byte "
+            "voids): write .csv or .txt, or use --dtype float32, which holds every bfloat16 "
+            "value exactly"
+        )
     if suffix == ".npy":
         np.save(output, array)
     elif suffix == ".npz":
@@ -308,8 +320,9 @@ def _plot(args: argparse.Namespace) -> int:
         panels, 1, figsize=(width / dpi, height / dpi), dpi=dpi, squeeze=False
     )
     positions = np.arange(args.start, args.start + args.n)
+    table = table.astype(np.float64)  # what matplotlib draws (bfloat16 too)
     image = axes[0, 0].imshow(
-        table.astype(np.float64),
+        table,
         aspect="auto",
         cmap="RdBu",
         vmin=-1,
@@ -396,6 +409,6 @@ def _main(argv: Sequence[str] | None) -> int:
             _emit(np.stack([cos, sin]), args.format, args.output, ("cos", "sin"))
     except BrokenPipeError:
         raise
-    except (TypeError, ValueError, OverflowError, MemoryError, OSError) as exc:
+    except (TypeError, ValueError, OverflowError, MemoryError, OSError, ImportError) as exc:
         parser.exit(2, f"cpe {args.command}: error: {exc}\n")
     return 0
