@@ -23,7 +23,7 @@ from libc.math cimport NAN, fabs, isfinite
 from libc.stdint cimport uint16_t, uint32_t
 from libc.string cimport memcpy
 
-from cpe._conventions import resolve as _resolve_convention
+from cpe._conventions import CONVENTIONS as _CONVENTIONS, LAYOUTS as _LAYOUTS
 from cpe._workers import (
     PART_BYTES,
     WORKERS_PARAMETER,
@@ -734,6 +734,52 @@ cdef class _BoundedCache:
 cdef _BoundedCache _encodings = _BoundedCache(_CACHE_BUDGET)
 
 
+cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code,
+                  Py_ssize_t* n_freq, double* den) except -1:
+    """The kernels' layout code, number of frequencies and exponent denominator of
+    ``convention``, ``layout`` and ``freq_shift`` as the caller gave them (checked
+    here, freq_shift first; cpe._conventions has the maths and the presets)."""
+    cdef double shift = 0.0
+    if freq_shift is not None:
+        shift = as_real(freq_shift, "freq_shift")
+    if convention is not None:
+        if not isinstance(convention, str) or convention not in _CONVENTIONS:
+            names = ", ".join(repr(name) for name in _CONVENTIONS)
+            raise ValueError(f"convention must be one of {names}, got {convention!r}")
+        if layout is not None or freq_shift is not None:
+            raise ValueError(
+                f"convention={convention!r} sets layout and freq_shift; "
+                "pass either convention or layout/freq_shift, not both")
+        preset = _CONVENTIONS[convention]
+        layout, freq_shift = preset.layout, preset.freq_shift
+        shift = 0.0 if freq_shift is None else freq_shift
+    if layout is None:
+        layout_code[0] = CPE_LAYOUT_INTERLEAVED
+    elif isinstance(layout, str) and layout in _LAYOUTS:
+        layout_code[0] = _LAYOUTS[layout]
+    else:
+        names = ", ".join(repr(name) for name in _LAYOUTS)
+        raise ValueError(f"layout must be one of {names}, got {layout!r}")
+    if freq_shift is None:
+        n_freq[0], den[0] = (D + 1) // 2, D / 2.0
+        return 0
+    cdef Py_ssize_t half = D // 2
+    n_freq[0] = half
+    if half <= 1:
+        # At most one frequency, w_0 = base ** 0 = 1, whatever the denominator:
+        # tensor2tensor's guarded formula (max(D // 2 - 1, 1)). fairseq divides
+        # by zero there, Whisper and diffusers give NaN; there is no other value.
+        den[0] = 1.0
+        return 0
+    # (Every preset's shift, 0 or 1, passes from D = 4 on.)
+    if not half - shift > 0:
+        raise ValueError(
+            f"freq_shift={shift!r} needs D // 2 - freq_shift > 0, got D={D} "
+            f"(D // 2 - freq_shift = {half - shift!r})")
+    den[0] = half - shift
+    return 0
+
+
 cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
                          freq_shift, bint needed):
     """The checked encoding; when it is not ``needed`` (empty output), ``None``."""
@@ -742,9 +788,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     cdef double den = width / 2.0
     cdef bint paper = True
     if convention is not None or layout is not None or freq_shift is not None:
-        if freq_shift is not None:
-            freq_shift = as_real(freq_shift, "freq_shift")
-        layout_code, n_freq, den = _resolve_convention(width, convention, layout, freq_shift)
+        _resolve(width, convention, layout, freq_shift, &layout_code, &n_freq, &den)
         paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
                  and den == width / 2.0)
     if not needed:
