@@ -19,7 +19,7 @@ import pytest
 
 import cpe
 from exact import error
-from interop import require
+from interop import WITHOUT_ML_DTYPES, require
 
 F64_BOUND = 1e-15
 
@@ -152,23 +152,16 @@ def test_a_rejected_bfloat16_out_is_left_untouched(bf16):
 
 
 def test_without_ml_dtypes_bfloat16_says_what_to_install():
-    # In a process where ml_dtypes cannot be imported (installed or not).
-    script = """
-import sys
-
-class NoMlDtypes:
-    def find_spec(self, name, path=None, target=None):
-        if name == "ml_dtypes":
-            raise ModuleNotFoundError("No module named 'ml_dtypes'")
-
-sys.meta_path.insert(0, NoMlDtypes())
-import cpe
+    script = (
+        WITHOUT_ML_DTYPES
+        + """import cpe
 try:
     cpe.positional_encoding(3, 8, dtype="bfloat16")
 except ImportError as exc:
     print(exc)
 print(cpe.positional_encoding(0, 4, dtype="float16"))
 """
+    )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True)  # fmt: skip
     first, second = run.stdout.splitlines()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cpe
+from interop import WITHOUT_ML_DTYPES
 
 SCRIPT = pathlib.Path(sys.executable).parent / ("cpe.exe" if os.name == "nt" else "cpe")
 
@@ -294,19 +295,12 @@ def test_bfloat16_is_refused_where_npy_would_lose_it(tmp_path, suffix):
 
 
 def test_bfloat16_without_ml_dtypes_is_a_one_line_error():
-    # In a process where ml_dtypes cannot be imported (installed or not).
-    script = """
-import sys
-
-class NoMlDtypes:
-    def find_spec(self, name, path=None, target=None):
-        if name == "ml_dtypes":
-            raise ModuleNotFoundError("No module named 'ml_dtypes'")
-
-sys.meta_path.insert(0, NoMlDtypes())
-from cpe._cli import main
+    script = (
+        WITHOUT_ML_DTYPES
+        + """from cpe._cli import main
 sys.exit(main(["encode", "3", "8", "--dtype", "bfloat16"]))
 """
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr == (
