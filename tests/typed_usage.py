@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any, assert_type
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 import cpe
+
+if TYPE_CHECKING:  # typing.assert_type is Python 3.11's
+    from typing_extensions import assert_type
+else:
+
+    def assert_type(value: object, _: object) -> object:
+        return value
+
 
 F32 = npt.NDArray[np.float32]
 
