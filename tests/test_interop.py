@@ -416,6 +416,27 @@ def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
         assert bool((tensor.detach() == 7.0).all()), name
 
 
+def test_unversioned_dlpack_exports_are_refused_untouched(torch):
+    # NumPy shares an unversioned (pre-1.0) DLPack export read-only, as it cannot
+    # say whether the memory may be written (torch exported only those before 2.9).
+    class Unversioned:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack__(self, stream=None):
+            return torch.utils.dlpack.to_dlpack(self.tensor)
+
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+
+    tensor = torch.full((4, 8), 7.0, dtype=torch.float64)
+    if np.from_dlpack(Unversioned(tensor)).flags.writeable:
+        pytest.skip(f"NumPy {np.__version__} shares unversioned DLPack writable")
+    with pytest.raises(TypeError, match=r"shares the memory of (this Unversioned|every DLPack"):
+        cpe.positional_encoding_table(4, 8, out=Unversioned(tensor))
+    assert bool((tensor == 7.0).all())
+
+
 def test_autograd_sees_what_cpe_writes_into_a_tensor(torch):
     # A tensor that autograd saved for the backward pass, then refilled by cpe:
     # as after an in-place torch operation, backward refuses the stale values.
@@ -644,6 +665,7 @@ def test_jax_shares_large_outputs_through_dlpack(jax):
         [cpe.positional_encoding(np.arange(2**15), 128)],
         [cpe.sincos_2d(64, 64, 1024)],
         list(cpe.rope_cos_sin(16384, 128, dtype=np.float32)),
+        list(cpe.rope_cos_sin(2**21 + 1, 2, dtype=np.float32)),  # sin not 16 MiB after cos
     ):
         for array in arrays:
             with jax.enable_x64(True):  # else float64 is made float32: a copy
@@ -694,7 +716,7 @@ def test_jax_dtypes_and_positions(jax):
 def test_jax_arrays_are_refused_as_out(jax):
     # They cannot be changed: NumPy shares their memory read-only.
     out = jax.numpy.full((4, 8), 7.0)
-    with pytest.raises(TypeError, match="out must be writeable, got a read-only ArrayImpl"):
+    with pytest.raises(TypeError, match="out must be writeable, but NumPy shares the memory of this ArrayImpl read-only"):
         cpe.positional_encoding_table(4, 8, dtype=out.dtype, out=out)
     assert bool((out == 7.0).all())
 

@@ -109,6 +109,9 @@ def prepare_out(
 def rope_outputs(
     out: tuple[object, object], shape: tuple[int, ...], dt: np.dtype[Any], sizes: str
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
+def new_tables(
+    shape: tuple[int, ...], dt: np.dtype[Any], sizes: str
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
 def axis_encoding(
     size: int,
     step: float,

@@ -596,12 +596,14 @@ cdef object _shared_array(out, str name):
             raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
                             "DLPack array read-only (NumPy 2.2 and newer share writable "
                             "ones writable); pass a numpy.ndarray of it instead")
-        raise TypeError(f"{name} must be writeable, got a read-only {type(out).__name__} "
-                        "(a JAX array, say, which cannot be changed)")
+        raise TypeError(f"{name} must be writeable, but NumPy shares the memory of this "
+                        f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
+                        "unversioned DLPack, as older torch exports, cannot say it may be)")
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
 
 
-# NumPy before 2.2 imports DLPack memory read-only, whoever exports it.
+# NumPy before 2.2 imports all DLPack memory read-only; later ones, memory
+# exported as read-only and all of an unversioned (pre-1.0) DLPack export.
 _DLPACK_READ_ONLY = tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 2)
 
 
@@ -1462,6 +1464,23 @@ cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
     return cos, sin
 
 
+cpdef tuple new_tables(tuple shape, dt, str sizes):
+    """RoPE's two new arrays of ``shape``, in one allocation: two large ones in
+    a row would, with glibc's default thresholds, be trimmed and page-faulted
+    again on every call. The second starts a whole number of cache lines after
+    the first, so each starts where a new output alone would."""
+    if _too_large(shape, dt):
+        raise ValueError(f"{sizes}: the output of shape {(2,) + shape} is too large to allocate")
+    cdef Py_ssize_t count = 1, itemsize = dt.itemsize, line = _LINE_BYTES // itemsize
+    for extent in shape:
+        count *= <Py_ssize_t>extent  # (it fits: not _too_large)
+    if count > (PY_SSIZE_T_MAX // itemsize - line) // 2:  # each alone: for the allocator
+        return _new_array(shape, dt), _new_array(shape, dt)
+    cdef Py_ssize_t stride = (count + line - 1) // line * line
+    both = _new_array((2 * stride,), dt)
+    return both[:count].reshape(shape), both[stride:stride + count].reshape(shape)
+
+
 def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint interleaved,
                     out, double amplitude, Py_ssize_t workers):
     """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape),
@@ -1485,10 +1504,7 @@ def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint inte
         raise ValueError(f"{sizes}: the outputs of shape {shape} are too large to allocate")
     cdef Py_ssize_t n = arr.size
     if out is None:
-        # Flat, then each half reshaped: (2,) + shape may have one dimension more
-        # than NumPy allows, while each table has at most as many as an encoding.
-        both = _new_array((2, n * head_dim), dt)
-        cos, sin = both[0].reshape(shape), both[1].reshape(shape)
+        cos, sin = new_tables(shape, dt, sizes)
     cdef _Encoding enc = _rope_encoding(head_dim, b, given, n != 0)
     if n == 0:
         return (cos, sin) if out is None else written(out)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, overload
 
@@ -22,7 +21,7 @@ from cpe._core import (
     as_positions,
     as_sequence,
     as_start,
-    prepare_out,
+    new_tables,
     rope_outputs,
     table_start,
     written,
@@ -457,9 +456,8 @@ def _side_by_side(
     sizes = "n (the positions) and head_dim"
     if out is not None:
         cos, sin = rope_outputs(out, shape, dtype, sizes)
-    else:  # (first: a too large output is refused with its own shape; the
-        # positions have fewer dimensions than NumPy allows, as it has one more)
-        cos, sin = prepare_out(None, (2, *shape), dtype, sizes)
+    else:  # (first: a too large output is refused with its own shape)
+        cos, sin = new_tables(shape, dtype, sizes)
     if math.prod(shape):
         check()
     tables = [
@@ -555,15 +553,7 @@ def _rope_table(
     # then the size.
     first = table_start(start, rows)
     b = as_base(used.base)
-    if given is not None:
-        cos, sin = given
-    # One allocation for both tables: two large ones in a row would, with
-    # glibc's default thresholds, be trimmed and page-faulted again on every call.
-    elif 2 * rows * width * dtype.itemsize <= sys.maxsize:
-        cos, sin = prepare_out(None, (2, rows, width), dtype, "n and head_dim")
-    else:  # each table alone may still be representable: let the allocator say
-        cos = prepare_out(None, (rows, width), dtype, "n and head_dim")
-        sin = prepare_out(None, (rows, width), dtype, "n and head_dim")
+    cos, sin = given if given is not None else new_tables((rows, width), dtype, "n and head_dim")
     _fill_rope(
         cos,
         sin,
