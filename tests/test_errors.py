@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -122,6 +123,20 @@ def sentinel(shape, dtype=np.float64):
     return np.full(shape, 7.0, dtype=dtype)
 
 
+def _released():
+    view = memoryview(sentinel((2, 4)))
+    view.release()
+    return view
+
+
+def _failing_exporter():
+    class Busy:
+        def __buffer__(self, flags):
+            raise BufferError("busy")
+
+    return Busy()
+
+
 BAD_OUTS = [
     (lambda: [0.0] * 8, TypeError, "out must be a numpy.ndarray"),
     (lambda: sentinel((2, 4), np.float32), TypeError, "out must have dtype float64"),
@@ -141,7 +156,10 @@ BAD_OUTS = [
     (lambda: bytearray(64), TypeError, r"out must have dtype float64 \(.*\), got uint8"),
     (lambda: array.array("d", [7.0] * 8), ValueError, "out must have shape"),
     (lambda: memoryview(sentinel((4, 2)).T), ValueError, "C-contiguous"),
+    (_released, ValueError, "out could not share its memory.*released"),
 ]
+if sys.version_info >= (3, 12):  # (a Python class can export a buffer from 3.12 on)
+    BAD_OUTS.append((_failing_exporter, ValueError, "out could not share its memory.*busy"))
 
 
 @pytest.mark.parametrize(("make_out", "exc", "text"), BAD_OUTS)

@@ -616,6 +616,9 @@ cdef object _buffer_array(out, str name):
         raise TypeError(f"{name} must be a numpy.ndarray, or a CPU array that shares its "
                         f"memory through DLPack (a torch tensor, say) or the buffer protocol, "
                         f"got {type(out).__name__}") from None
+    except (BufferError, ValueError) as exc:  # its exporter failed; a released memoryview
+        raise ValueError(f"{name} could not share its memory through the buffer protocol "
+                         f"({exc})") from None
     try:
         return np.asarray(view)
     except Exception as exc:  # a format or a layout NumPy cannot read
@@ -1268,9 +1271,11 @@ Sinusoidal positional encoding of one position or an array of positions.
         ``max_timescale`` elsewhere), finite and ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
-    out : numpy.ndarray, optional
+    out : array, optional
         Writable, C-contiguous array of shape ``position.shape + (D,)`` and dtype
-        ``dtype`` to fill. It is left untouched if any argument is rejected.
+        ``dtype`` to fill: a NumPy array, or a CPU array that shares its memory
+        through DLPack (a torch tensor, say) or the buffer protocol, returned as passed.
+        It is left untouched if any argument is rejected.
     """ + _CONVENTION_PARAMETERS + """
     """ + WORKERS_PARAMETER + """
 
@@ -1344,9 +1349,11 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
         The base of the frequencies (10000 in the paper), finite and ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
-    out : numpy.ndarray, optional
+    out : array, optional
         Writable, C-contiguous array of shape ``(n, D)`` and dtype ``dtype`` to
-        fill. It is left untouched if any argument is rejected.
+        fill: a NumPy array, or a CPU array that shares its memory
+        through DLPack (a torch tensor, say) or the buffer protocol, returned as passed.
+        It is left untouched if any argument is rejected.
     """ + _CONVENTION_PARAMETERS + """
     """ + WORKERS_PARAMETER + """
 
@@ -1455,7 +1462,7 @@ cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
     own name, and not sharing memory."""
     for index in range(2):
         if out[index] is None:  # prepare_out would allocate one
-            raise TypeError(f"out[{index}] ({('cos', 'sin')[index]}) must be a numpy.ndarray, "
+            raise TypeError(f"out[{index}] ({('cos', 'sin')[index]}) must be an array, "
                             "got NoneType")
     cos = prepare_out(out[0], shape, dt, sizes, "out[0] (cos)")
     sin = prepare_out(out[1], shape, dt, sizes, "out[1] (sin)")

@@ -177,8 +177,11 @@ def sincos_2d(
         ``D = 4`` the one frequency is 1.
     dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype; values are rounded once from float64.
-    out : numpy.ndarray, optional
-        C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``.
+    out : array, optional
+        C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``
+        and dtype ``dtype`` to fill: a NumPy array, or a CPU array that shares
+        its memory through DLPack (a torch tensor, say) or the buffer protocol,
+        returned as passed.
     workers : int, optional
         As for `positional_encoding`: threads that copy a large grid's tokens.
 
@@ -375,8 +378,10 @@ def sincos_3d(
         Divisors of the frame and spatial coordinates, ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype; values are rounded once from float64.
-    out : numpy.ndarray, optional
-        C-contiguous writable array of shape ``(t, h * w, D)``.
+    out : array, optional
+        C-contiguous writable array of shape ``(t, h * w, D)`` and dtype ``dtype``
+        to fill: a NumPy array, or a CPU array that shares its memory through
+        DLPack (a torch tensor, say) or the buffer protocol, returned as passed.
     workers : int, optional
         As for `positional_encoding`: threads that copy a large grid's tokens.
 

@@ -140,10 +140,12 @@ def rope_cos_sin(
         Column order, as above.
     dtype : {float64, float32, float16, bfloat16}, optional
         Output dtype.
-    out : tuple of two numpy.ndarray, optional
+    out : tuple of two arrays, optional
         ``(cos, sin)`` arrays to fill, as NumPy's ufuncs take ``out=`` for two
-        outputs: each writable, C-contiguous, of the output's shape and dtype
-        ``dtype``, and not sharing memory with the other. Refilling the same
+        outputs (NumPy arrays, or CPU arrays that share their memory through
+        DLPack or the buffer protocol, returned as passed): each writable,
+        C-contiguous, of the output's shape and dtype ``dtype``, and not
+        sharing memory with the other. Refilling the same
         arrays saves the page faults of new ones (for large tables, most of
         the time of a call; float16 tables are still computed in a new float64
         array). Both are left untouched if any argument is rejected.
@@ -226,7 +228,7 @@ def rope_cos_sin(
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
     if out is not None and (type(out) is not tuple or len(out) != 2):
-        raise TypeError(f"out must be a tuple (cos, sin) of two numpy.ndarray, got {_kind(out)}")
+        raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
     # The RoPE kernel writes both tables at once, from consecutive positions or
     # from any; float16 tables take float64 rows rounded once.
     counted = _is_count(n)

@@ -537,7 +537,7 @@ def workers_group(n: int, D: int, rng: np.random.Generator) -> Group:
             for out in (False, True)
             for workers in (2, -1)
         ]
-        + [Ratio(FLOOR_NEW, FLOOR_NEW_2)],
+        + [Ratio(FLOOR_NEW, FLOOR_NEW_2), Ratio(workers_name(2, False), FLOOR_NEW_2)],
     )
 
 
