@@ -4,7 +4,10 @@ stage)."""
 
 from __future__ import annotations
 
+import pathlib
 import typing
+
+import pytest
 
 from cpe import _conventions, _grids, _rope, _typing
 from typed_usage import every_call
@@ -21,3 +24,20 @@ def test_the_typed_user_script_runs():
     results = every_call()
     assert len(results) == 18
     assert all(result.size for result in results)
+
+
+MISUSES = [
+    line.partition("  # type: ignore")[0]
+    for line in (pathlib.Path(__file__).parent / "typed_misuse.py").read_text().splitlines()
+    if line.startswith("cpe.")
+]
+
+
+@pytest.mark.parametrize("call", MISUSES)
+def test_what_the_stubs_refuse_the_runtime_refuses(call):
+    import numpy as np
+
+    import cpe
+
+    with pytest.raises((TypeError, ValueError)):
+        eval(call, {"cpe": cpe, "np": np})

@@ -41,6 +41,7 @@ def every_call() -> list[npt.NDArray[Any]]:
     assert_type(cpe.positional_encoding(3, 8), npt.NDArray[np.float64])
     assert_type(cpe.positional_encoding([3], 8, dtype=np.float32), npt.NDArray[np.float32])
     assert_type(cpe.positional_encoding(3, 8, dtype="float16"), npt.NDArray[np.floating[Any]])
+    assert_type(cpe.positional_encoding(3, 8, dtype=None), npt.NDArray[np.floating[Any]])
     assert_type(cpe.positional_encoding_table(4, 8, out=out), npt.NDArray[np.float64])
     half = np.dtype(np.float16)
     assert_type(cpe.positional_encoding_table(4, 8, dtype=half), npt.NDArray[np.float16])

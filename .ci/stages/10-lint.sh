@@ -47,8 +47,9 @@ echo "ruff format: clean"
 check "cython-lint" cython-lint src/cpe/*.pyx src/cpe/*.pxd tests/cython_example/*.pyx
 # mypy checks src/cpe as a package: the stubs, __init__, _version, the Python modules.
 mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
-# A user's script that calls every public function as the runtime accepts it.
-mypy --strict --no-incremental --cache-dir=/dev/null tests/typed_usage.py
+# A user's script that calls every public function as the runtime accepts it, and
+# calls the runtime refuses, each of which must be a type error.
+mypy --strict --no-incremental --cache-dir=/dev/null tests/typed_usage.py tests/typed_misuse.py
 echo "mypy --strict: clean"
 
 # The CI shell scripts, where shellcheck is installed (apt's shellcheck; optional).

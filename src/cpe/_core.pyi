@@ -4,7 +4,7 @@ from typing import Any, SupportsIndex, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from cpe._typing import Convention, Float, Layout, Out
+from cpe._typing import Convention, DType, Float, Layout, Out
 
 _T = TypeVar("_T")
 
@@ -28,7 +28,7 @@ def positional_encoding(
     D: SupportsIndex,
     *,
     base: float = 10000.0,
-    dtype: npt.DTypeLike = ...,
+    dtype: DType = ...,
     out: None = None,
     layout: Layout | None = None,
     freq_shift: float | None = None,
@@ -42,7 +42,7 @@ def positional_encoding(
     D: SupportsIndex,
     *,
     base: float = 10000.0,
-    dtype: npt.DTypeLike = ...,
+    dtype: DType = ...,
     out: Out,
     layout: Layout | None = None,
     freq_shift: float | None = None,
@@ -72,7 +72,7 @@ def positional_encoding_table(
     *,
     start: SupportsIndex = 0,
     base: float = 10000.0,
-    dtype: npt.DTypeLike = ...,
+    dtype: DType = ...,
     out: None = None,
     layout: Layout | None = None,
     freq_shift: float | None = None,
@@ -87,7 +87,7 @@ def positional_encoding_table(
     *,
     start: SupportsIndex = 0,
     base: float = 10000.0,
-    dtype: npt.DTypeLike = ...,
+    dtype: DType = ...,
     out: Out,
     layout: Layout | None = None,
     freq_shift: float | None = None,

@@ -26,7 +26,7 @@ from cpe._core import (
 from cpe._typing import GridLayout
 
 if TYPE_CHECKING:
-    from cpe._typing import Float, Out
+    from cpe._typing import DType, Float, Out
 from cpe._workers import as_workers, part_bounds, part_count, run_parts
 from cpe.kernels import _tile_rows
 
@@ -99,7 +99,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
@@ -117,7 +117,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: Out,
     workers: SupportsIndex | None = None,
 ) -> Out: ...
@@ -134,7 +134,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: Any = None,
     workers: SupportsIndex | None = None,
 ) -> Any:
@@ -321,7 +321,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
@@ -337,7 +337,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: Out,
     workers: SupportsIndex | None = None,
 ) -> Out: ...
@@ -352,7 +352,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: Any = None,
     workers: SupportsIndex | None = None,
 ) -> Any:

@@ -30,7 +30,7 @@ from cpe._scaling import Scheme, scheme, sections_of
 from cpe._typing import RopeLayout
 
 if TYPE_CHECKING:
-    from cpe._typing import Float, Out, Out2
+    from cpe._typing import DType, Float, Out, Out2
 from cpe._workers import as_workers
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -63,7 +63,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: None = None,
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
@@ -82,7 +82,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: tuple[Out, Out2],
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
@@ -100,7 +100,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: npt.DTypeLike = np.float64,
+    dtype: DType = np.float64,
     out: tuple[Any, Any] | None = None,
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
