@@ -476,11 +476,12 @@ def test_single_positions_are_rows_of_large_requests(D, dtype):
     # A single integer position with |p| < 65536 makes just the digit-level rows
     # it needs; a request of 64 positions or more makes all of them. Either way
     # the rows and the products are the same, so the values are the same bits.
-    # (Digit rows: two levels of 256 for D <= 128, four of 32 up to D = 2048, four
-    # of 16 above; 256, 4096, 65280 and 61455 leave digits of radix 16 or 256
-    # zero, 32, 1024, 31775 and 33792 those of radix 32.)
+    # (Digit rows: two levels of 256 for D <= 128, three of 128 up to D = 512, four
+    # of 32 above; 256, 4096, 65280 and 61455 leave digits of radix 16 or 256
+    # zero, 128, 16384 and 16511 those of radix 128, 32, 1024, 31775 and 33792
+    # those of radix 32.)
     singles = [0, 1, 15, 16, 255, 256, 4096, 4097, 12345, 61455, 65280, 65535, -1, -16, -65535]
-    singles += [31, 32, 1024, 31775, 32768, 33792, -1056]
+    singles += [31, 32, 1024, 31775, 32768, 33792, -1056, 128, 16384, 16511, 2097151, -16512]
     ids = np.array(singles * 6)
     rows = cpe.positional_encoding(ids, D, dtype=dtype)
     for p, row in zip(singles, rows, strict=False):
@@ -512,9 +513,10 @@ def test_first_single_position_of_an_encoding_gives_the_cached_bits(dtype):
             np.testing.assert_array_equal(first, many[0])
 
 
-# Digits that leave others zero, in every shape of digit levels (see cpe._core):
-# radix 256 and 16, then radix 32.
+# Digits that leave others zero, in every shape of digit levels (cpe_fill.h's
+# cpe_level_shape): radix 256 and 16, then radix 128, then radix 32.
 SPARSE_DIGITS = [0, 1, 256, 4096, 4097, 3840, 61455, 65280, 65535, -257]
+SPARSE_DIGITS += [128, 16384, 16511, 2097151, 2097152, -16512]
 SPARSE_DIGITS += [32, 1024, 31775, 32800, 33792, -1056]
 
 
@@ -540,7 +542,7 @@ def test_an_array_makes_the_level_rows_of_every_digit_it_uses(D, report_error):
 )
 def test_tables_make_the_level_rows_they_read(n, D, report_error):
     # A new encoding per table: the table kernel reads the first two digit levels
-    # (radix 256 for D <= 128, 32 up to D = 2048, 16 above), made for this table
+    # (radix 256 for D <= 128, 128 up to D = 512, 32 above), made for this table
     # alone.
     base = 20000.0 + n + D
     table = cpe.positional_encoding_table(n, D, base=base)

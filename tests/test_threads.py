@@ -102,7 +102,8 @@ def cache_entries_are_consistent() -> list[str]:
             problems.append(f"entry {enc.key} does not hold the frequencies of its key")
     for key, array in levels.items():
         # (levels, radix), fixed by the width (cpe_fill.h's cpe_level_shape)
-        shape = (2, 256) if array.shape[2] // 2 <= 64 else (4, 32)
+        n_freq = array.shape[2] // 2
+        shape = (2, 256) if n_freq <= 64 else (3, 128) if n_freq <= 256 else (4, 32)
         if array.flags.writeable or array.shape[:2] != shape:
             problems.append(f"levels {key}: writeable={array.flags.writeable} shape={array.shape}")
     return problems
