@@ -681,15 +681,18 @@ _cache_lock = threading.Lock()
 cdef Py_ssize_t _SLOT_BYTES = 64
 
 
+cdef object _getsizeof = sys.getsizeof
+
+
 cdef Py_ssize_t _footprint(key, parts) except -1:
     """The bytes an entry keeps alive: its key (and the numbers in it), its
     objects (an array's data included when it owns it) and its slots."""
-    cdef Py_ssize_t total = _SLOT_BYTES + sys.getsizeof(key)
+    cdef Py_ssize_t total = _SLOT_BYTES + _getsizeof(key)
     if type(key) is tuple:
         for item in key:
-            total += sys.getsizeof(item)
+            total += _getsizeof(item)
     for part in parts:
-        total += sys.getsizeof(part)
+        total += _getsizeof(part)
     return total
 
 
@@ -810,7 +813,9 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     if cached is not None:
         return <_Encoding>cached
     cdef Py_ssize_t stride = max(n_freq, 1)
-    w = np.zeros((2, stride), dtype=np.float64)
+    cdef cnp.npy_intp dims[2]
+    dims[0], dims[1] = 2, stride
+    w = cnp.PyArray_ZEROS(2, dims, cnp.NPY_FLOAT64, 0)
     cdef double* hi = <double*>_address(w)
     cdef int status = CPE_OK
     if n_freq:
@@ -848,10 +853,10 @@ cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, int layout, doubl
     enc.width, enc.n_freq, enc.layout = width, n_freq, layout
     enc.base, enc.den, enc.scale = base, den, scale
     enc.key = key
-    w.flags.writeable = False
+    cnp.PyArray_CLEARFLAGS(w, cnp.NPY_ARRAY_WRITEABLE)
     enc.frequencies = w
     cdef double* hi = <double*>_address(w)
-    cdef Py_ssize_t stride = w.shape[1]
+    cdef Py_ssize_t stride = cnp.PyArray_DIM(w, 1)
     enc.w_hi = hi
     enc.w_lo = hi + stride
     enc.w_max = 0.0
@@ -918,11 +923,12 @@ cdef _Levels _levels_of(_Encoding enc):
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
     levels.table = _aligned_rows((n_levels, radix, 2 * enc.n_freq))
-    levels.state = np.zeros(n_levels * radix, dtype=np.uint8)
+    cdef cnp.npy_intp count = n_levels * radix
+    levels.state = cnp.PyArray_ZEROS(1, &count, cnp.NPY_UINT8, 0)
     levels.c.rows = <double*>_address(levels.table)
     levels.c.state = _address(levels.state)
     levels.c.radix, levels.c.shift, levels.c.n_levels = radix, shift, n_levels
-    levels.table.flags.writeable = False
+    cnp.PyArray_CLEARFLAGS(levels.table, cnp.NPY_ARRAY_WRITEABLE)
     # The level rows live in the base of the (aligned) view; the encoding is
     # counted too, as the entry keeps it alive after the frequency cache let it go.
     cdef Py_ssize_t cost = _footprint(enc.key, (levels, levels.table, levels.table.base,
