@@ -914,12 +914,14 @@ cdef _Levels _levels_of(_Encoding enc):
     cpe_level_shape(enc.n_freq, &radix, &shift, &n_levels)
     if enc.n_freq == 0 or n_levels * radix * 16 * enc.n_freq > _DIGIT_BUDGET // 2:
         return None
+    if not cpe_state_get(&enc.used):  # racing threads make them a request sooner or later
+        # (An encoding made again after the frequency cache let it go may find
+        # its levels on its second request only: the same bits either way.)
+        cpe_state_set(&enc.used, 1)
+        return None
     cached = _digit_cache.entries.get(enc.key)
     if cached is not None:
         return <_Levels>cached
-    if not cpe_state_get(&enc.used):  # racing threads make them a request sooner or later
-        cpe_state_set(&enc.used, 1)
-        return None
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
     levels.table = _aligned_rows((n_levels, radix, 2 * enc.n_freq))
