@@ -20,6 +20,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+import cpe
 from call_specs import NO_OUT, SPEC_IDS, SPECS, CallSpec
 
 DTYPES = [np.float64, np.float32, np.float16]
@@ -82,6 +83,17 @@ def test_byte_count_just_below_py_ssize_t_is_a_memory_error(spec, dtype):
         assert "too large" in str(exc), repr(exc)
     else:
         assert isinstance(exc, MemoryError), repr(exc)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "dtype"),
+    [(2**59 - 6, np.float64), (2**59 - 64, np.float64), (2**60 - 10, np.float32)],
+)
+def test_rope_tables_that_fit_alone_but_not_both_are_a_memory_error(head_dim, dtype):
+    # Both tables, the second a whole number of cache lines after the first, need
+    # more than a Py_ssize_t of bytes: each is then asked for alone.
+    with pytest.raises(MemoryError):
+        cpe.rope_cos_sin(1, head_dim, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

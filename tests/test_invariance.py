@@ -30,7 +30,9 @@ keywords = st.one_of(
     st.builds(lambda name: {"convention": name}, st.sampled_from(CONVENTIONS)),
     st.builds(lambda base: {"base": base}, st.sampled_from([777.5, 1e6])),
 )
-widths = st.one_of(st.integers(1, 80), st.sampled_from([128, 129, 130, 512, 513, 2048]))
+widths = st.one_of(
+    st.integers(1, 80), st.sampled_from([128, 129, 130, 131, 257, 384, 511, 512, 513, 2048])
+)
 try:  # the optional bfloat16 dtype, when its package is installed
     import ml_dtypes
 
@@ -38,12 +40,14 @@ try:  # the optional bfloat16 dtype, when its package is installed
 except ImportError:
     _BFLOAT16 = []
 dtypes = st.sampled_from([np.float64, np.float32, np.float16, *_BFLOAT16])
-# Starts near 0 (negative too), near the edges of the digit levels (65536, 2**20)
-# and far beyond them.
+# Starts near 0 (negative too), near the edges of the digit levels (65536; 16384
+# and 2**21; 2**20: cpe_fill.h's cpe_level_shape) and far beyond them.
 starts = st.one_of(
     st.integers(-300, 300),
+    st.integers(16384 - 200, 16384 + 100),
     st.integers(65536 - 200, 65536 + 100),
     st.integers(2**20 - 200, 2**20 + 100),
+    st.integers(2**21 - 200, 2**21 + 100),
     st.integers(-(10**6), 10**6),
     st.integers(2**40 - 100, 2**40),
 )

@@ -1483,13 +1483,15 @@ cpdef tuple new_tables(tuple shape, dt, str sizes):
     """RoPE's two new arrays of ``shape``, in one allocation: two large ones in
     a row would, with glibc's default thresholds, be trimmed and page-faulted
     again on every call. The second starts a whole number of cache lines after
-    the first, so each starts where a new output alone would."""
+    the first, so both start on a cache line from _VIEW_OUTPUT_BYTES."""
     if _too_large(shape, dt):
         raise ValueError(f"{sizes}: the output of shape {(2,) + shape} is too large to allocate")
     cdef Py_ssize_t count = 1, itemsize = dt.itemsize, line = _LINE_BYTES // itemsize
     for extent in shape:
         count *= <Py_ssize_t>extent  # (it fits: not _too_large)
-    if count > (PY_SSIZE_T_MAX // itemsize - line) // 2:  # each alone: for the allocator
+    # Both, rounded up to lines, with _new_array's slack: else each alone, for the
+    # allocator to refuse.
+    if count > (PY_SSIZE_T_MAX - 4 * _LINE_BYTES) // itemsize // 2 - line:
         return _new_array(shape, dt), _new_array(shape, dt)
     cdef Py_ssize_t stride = (count + line - 1) // line * line
     both = _new_array((2 * stride,), dt)

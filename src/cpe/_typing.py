@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # typing.TypeVar takes a default from Python 3.13 on
     DType: TypeAlias = npt.DTypeLike | TorchDType | None
     # The scalar type of a result; float64 when dtype= is not given.
     Float = TypeVar("Float", bound=np.floating[Any], default=np.float64)
-    # out= (and RoPE's second one): returned as given, a torch tensor say. (An
-    # ndarray is a Buffer.)
+    # out= (and RoPE's second one): returned as given, a torch tensor say. (NumPy's
+    # stubs make an ndarray a Buffer from Python 3.12 on, and it has __dlpack__.)
     Out = TypeVar("Out", bound=Buffer | SupportsDLPack)
     Out2 = TypeVar("Out2", bound=Buffer | SupportsDLPack)
