@@ -418,7 +418,7 @@ def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
 
 def test_unversioned_dlpack_exports_are_refused_untouched(torch):
     # NumPy shares an unversioned (pre-1.0) DLPack export read-only, as it cannot
-    # say whether the memory may be written (torch exported only those before 2.9).
+    # say whether the memory may be written (older torch exports only those).
     class Unversioned:
         def __init__(self, tensor):
             self.tensor = tensor

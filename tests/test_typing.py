@@ -7,8 +7,10 @@ from __future__ import annotations
 import pathlib
 import typing
 
+import numpy as np
 import pytest
 
+import cpe
 from cpe import _conventions, _grids, _rope, _typing
 from typed_usage import every_call
 
@@ -35,9 +37,5 @@ MISUSES = [
 
 @pytest.mark.parametrize("call", MISUSES)
 def test_what_the_stubs_refuse_the_runtime_refuses(call):
-    import numpy as np
-
-    import cpe
-
     with pytest.raises((TypeError, ValueError)):
         eval(call, {"cpe": cpe, "np": np})

@@ -45,7 +45,7 @@ enum { CPE_LAYOUT_ROPE_HALF = 3, CPE_LAYOUT_ROPE_INTERLEAVED = 4 };
  * paper's layout) two levels of 256 rows, one product for |p| < 65536; up to
  * 256 (D <= 512) three levels of 128, one product for |p| < 16384 and two for
  * |p| < 2**21; else four levels of 32, at most three products for |p| < 2**20
- * (a table's levels take at most 1.5 MiB below D = 512 and 4 MiB at D = 4096).
+ * (an encoding's levels take at most 1.5 MiB up to D = 512, 4 MiB at D = 4096).
  * At most 8 levels: the fill loop keeps one product per level. */
 static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *shift,
                                    int *n_levels) {
