@@ -70,10 +70,15 @@ def cache_entries_are_consistent() -> list[str]:
     snap = _core._cache_snapshot()
     problems = []
     encodings, levels = snap["encodings"], snap["levels"]
-    # Each entry is counted for at least its object and its arrays' bytes.
+    # An encoding is counted for what sys.getsizeof says of its key (and the
+    # key's items), its object and its frequencies, and a dict and a deque slot
+    # (64 bytes); a level entry for at least its rows.
     for enc, cost in zip(encodings, snap["encoding_costs"], strict=True):
-        if cost < sys.getsizeof(enc) + enc.frequencies.nbytes:
-            problems.append(f"frequency cache: entry {enc.key} counted for {cost} bytes only")
+        key = enc.key
+        items = sum(map(sys.getsizeof, key)) if type(key) is tuple else 0
+        counted = 64 + sys.getsizeof(key) + items + sys.getsizeof(enc)
+        if cost != counted + sys.getsizeof(enc.frequencies):
+            problems.append(f"frequency cache: entry {key} counted for {cost} bytes")
     for table, cost in zip(levels.values(), snap["level_costs"], strict=True):
         if cost < table.nbytes:
             problems.append(f"level cache: an entry counted for {cost} bytes only")

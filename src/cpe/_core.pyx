@@ -650,6 +650,8 @@ def _overlap(cnp.ndarray a, cnp.ndarray b):
     return size_a != 0 and size_b != 0 and start_a < start_b + size_b and start_b < start_a + size_a
 
 
+@cython.final
+@cython.no_gc  # (it refers to a float64 array and numbers: it cannot be in a cycle)
 cdef class _Encoding:
     """One encoding: its width, layout and double-double frequencies.
 
@@ -682,17 +684,48 @@ cdef Py_ssize_t _SLOT_BYTES = 64
 
 
 cdef object _getsizeof = sys.getsizeof
+# sys.getsizeof of a float, an _Encoding and a _Levels (set once these exist), of
+# a tuple without its items, of an int below 2**30, and of an ndarray of 0-3 dims
+# without its data.
+cdef Py_ssize_t _FLOAT_BYTES = _getsizeof(1.0), _ENCODING_BYTES, _LEVELS_BYTES
+cdef Py_ssize_t _TUPLE_BYTES = _getsizeof((None,)) - sizeof(void*)
+cdef Py_ssize_t _SMALL_INT_BYTES = _getsizeof(1)
+cdef Py_ssize_t _ARRAY_BYTES[4]
+for _k in range(4):
+    _ARRAY_BYTES[_k] = _getsizeof(np.empty((0,) * _k))
+
+
+cdef Py_ssize_t _bytes_of(obj) except -1:
+    """``sys.getsizeof(obj)``, computed for what the caches hold most: its call
+    (a lookup and a call of ``__sizeof__``) costs more than a new encoding's
+    frequencies. An ndarray is its header and the data it owns, as NumPy counts."""
+    cdef int overflow = 0
+    kind = type(obj)
+    if kind is float:
+        return _FLOAT_BYTES
+    if kind is _Encoding:
+        return _ENCODING_BYTES
+    if kind is _Levels:
+        return _LEVELS_BYTES
+    if kind is tuple:
+        return _TUPLE_BYTES + len(<tuple>obj) * <Py_ssize_t>sizeof(void*)
+    if kind is int and 0 < PyLong_AsLongLongAndOverflow(obj, &overflow) < 2**30:
+        return _SMALL_INT_BYTES
+    if kind is np.ndarray and cnp.PyArray_NDIM(obj) < 4:
+        return _ARRAY_BYTES[cnp.PyArray_NDIM(obj)] + (
+            cnp.PyArray_NBYTES(obj) if cnp.PyArray_CHKFLAGS(obj, cnp.NPY_ARRAY_OWNDATA) else 0)
+    return _getsizeof(obj)
 
 
 cdef Py_ssize_t _footprint(key, parts) except -1:
     """The bytes an entry keeps alive: its key (and the numbers in it), its
     objects (an array's data included when it owns it) and its slots."""
-    cdef Py_ssize_t total = _SLOT_BYTES + _getsizeof(key)
+    cdef Py_ssize_t total = _SLOT_BYTES + _bytes_of(key)
     if type(key) is tuple:
         for item in key:
-            total += _getsizeof(item)
+            total += _bytes_of(item)
     for part in parts:
-        total += _getsizeof(part)
+        total += _bytes_of(part)
     return total
 
 
@@ -717,12 +750,12 @@ cdef class _BoundedCache:
 
     cdef object add(self, key, value, Py_ssize_t cost):
         """The entry kept for ``key``: one added meanwhile, or ``value``."""
-        existing = self.entries.get(key)
-        if existing is not None:
-            return existing
         if cost > self.budget:
-            return value
-        self.entries[key] = value
+            existing = self.entries.get(key)
+            return value if existing is None else existing
+        existing = self.entries.setdefault(key, value)  # (one hash of the key)
+        if existing is not value:
+            return existing
         self.order.append((key, cost))
         self.nbytes += cost
         while self.nbytes > self.budget:
@@ -892,6 +925,8 @@ cdef object _aligned_rows(tuple shape):
     return raw[skip:skip + count].reshape(shape)
 
 
+@cython.final
+@cython.no_gc  # (it refers to arrays of numbers and an _Encoding: never in a cycle)
 cdef class _Levels:
     """The digit levels of one encoding: ``table`` is the (n_levels, radix,
     2 n_freq) array of rows, which the fill loop makes as requests need them
@@ -903,6 +938,8 @@ cdef class _Levels:
 
 
 cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
+_ENCODING_BYTES = _getsizeof(_Encoding.__new__(_Encoding))
+_LEVELS_BYTES = _getsizeof(_Levels.__new__(_Levels))
 
 
 cdef _Levels _levels_of(_Encoding enc):
