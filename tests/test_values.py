@@ -336,6 +336,30 @@ def test_an_encoding_used_once_makes_no_digit_levels_and_the_same_bits():
     assert first.tobytes() == second.tobytes() == third.tobytes()
 
 
+def test_every_layout_of_the_same_frequencies_shares_one_encoding_and_its_levels():
+    # The layout is a parameter of the fill loop, not of the encoding: the
+    # paper's frequencies in any layout, with freq_shift=0 at an even width, as
+    # RoPE's and a grid axis's, are one cache entry with one table of levels.
+    import threading
+
+    from cpe._core import _cache_snapshot
+
+    base = 3456.25 + (threading.get_ident() % 100003) / 1024  # this thread's own
+    calls = [
+        lambda: cpe.positional_encoding(4321, 512, base=base),
+        lambda: cpe.positional_encoding(4321, 512, base=base, layout="sin_cos"),
+        lambda: cpe.positional_encoding(4321, 512, base=base, layout="cos_sin"),
+        lambda: cpe.positional_encoding(4321, 512, base=base, freq_shift=0),
+        lambda: cpe.rope_cos_sin(4322, 512, base=base),
+    ]
+    for call in calls * 2:
+        call()
+    snap = _cache_snapshot()
+    keys = [enc.key for enc in snap["encodings"] if type(enc.key) is tuple and base in enc.key]
+    assert keys == [(512, base, 1.0)]
+    assert (512, base, 1.0) in snap["levels"]
+
+
 DETERMINISM_REQUESTS = [
     "cpe.positional_encoding(12345, 512)",
     "cpe.positional_encoding(np.arange(40), 64)",

@@ -38,6 +38,7 @@ from cpe.kernels cimport (
     CPE_ANGLE_LIMIT,
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
+    CPE_LAYOUT_SIN_COS,
     CPE_OK,
     frequencies,
 )
@@ -662,7 +663,6 @@ cdef class _Encoding:
     cdef const double* w_lo
     cdef readonly Py_ssize_t width
     cdef readonly Py_ssize_t n_freq
-    cdef readonly int layout
     cdef readonly double base
     cdef readonly double den
     cdef readonly double scale
@@ -822,26 +822,30 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
 
 
 cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
-                         freq_shift, bint needed):
-    """The checked encoding; when it is not ``needed`` (empty output), ``None``."""
-    cdef int layout_code = CPE_LAYOUT_INTERLEAVED
+                         freq_shift, bint needed, int* layout_code):
+    """The checked encoding, and its ``layout_code`` for the fill loop (NULL: the
+    caller has a layout of its own); when it is not ``needed`` (empty output),
+    ``None``. Every layout of the same frequencies shares one encoding, and so
+    its digit levels."""
+    cdef int code = CPE_LAYOUT_INTERLEAVED
     cdef Py_ssize_t n_freq = (width + 1) // 2
     cdef double den = width / 2.0
     cdef bint paper = True
     if convention is not None or layout is not None or freq_shift is not None:
-        _resolve(width, convention, layout, freq_shift, &layout_code, &n_freq, &den)
-        paper = (layout_code == CPE_LAYOUT_INTERLEAVED and n_freq == (width + 1) // 2
-                 and den == width / 2.0)
+        _resolve(width, convention, layout, freq_shift, &code, &n_freq, &den)
+        paper = n_freq == (width + 1) // 2 and den == width / 2.0
+    if layout_code != NULL:
+        layout_code[0] = code
     if not needed:
         return None
-    # The paper's encoding is keyed by (width, base, scale) alone, and with the
-    # default base and scale by the width alone (a cheaper lookup).
+    # The paper's frequencies are keyed by (width, base, scale) alone, and with
+    # the default base and scale by the width alone (a cheaper lookup).
     if paper and base == 10000.0 and scale == 1.0:
         key = width
     elif paper:
         key = (width, base, scale)
     else:
-        key = (width, n_freq, layout_code, base, den, scale)
+        key = (width, n_freq, base, den, scale)
     cached = _encodings.entries.get(key)
     if cached is not None:
         return <_Encoding>cached
@@ -860,7 +864,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
                 f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
                 f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
                 "range of a double")
-    return _kept(key, width, n_freq, layout_code, base, den, scale, w)
+    return _kept(key, width, n_freq, base, den, scale, w)
 
 
 cpdef object given_encoding(Py_ssize_t width, w):
@@ -875,15 +879,15 @@ cpdef object given_encoding(Py_ssize_t width, w):
     cached = _encodings.entries.get(key)
     if cached is not None:
         return cached
-    return _kept(key, width, width // 2, CPE_LAYOUT_INTERLEAVED, NAN, NAN, 1.0, w)
+    return _kept(key, width, width // 2, NAN, NAN, 1.0, w)
 
 
-cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, int layout, double base,
-                     double den, double scale, w):
+cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, double base, double den,
+                     double scale, w):
     """The encoding of the frequencies ``w`` (hi and lo rows of n_freq), kept in the
     cache under ``key``."""
     cdef _Encoding enc = _Encoding.__new__(_Encoding)
-    enc.width, enc.n_freq, enc.layout = width, n_freq, layout
+    enc.width, enc.n_freq = width, n_freq
     enc.base, enc.den, enc.scale = base, den, scale
     enc.key = key
     cnp.PyArray_CLEARFLAGS(w, cnp.NPY_ARRAY_WRITEABLE)
@@ -907,7 +911,7 @@ cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, int layout, doubl
 cpdef object paper_frequencies(Py_ssize_t width, double base):
     """The frequencies ``base ** (-2j / width)``, ``j < (width + 1) // 2``, as the
     read-only (2, n) array of double-doubles of their encoding: hi and lo rows."""
-    return _encoding(width, base, 1.0, None, None, None, True).frequencies
+    return _encoding(width, base, 1.0, None, None, None, True, NULL).frequencies
 
 
 cdef object _aligned_rows(tuple shape):
@@ -1151,17 +1155,17 @@ cdef class _Parts:
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
-                    _Encoding enc, str name, Py_ssize_t workers=1):
+                    _Encoding enc, int layout, str name, Py_ssize_t workers=1):
     """Fill the checked ``result`` (see _fill) and return it; float16 and bfloat16,
     which the kernels do not write, are computed in float64 and rounded once on the
     way out. ``enc`` is None when there is nothing to fill."""
     if n == 0:
         return result
     if dt is _FLOAT64 or dt is _FLOAT32:
-        _fill(result, NULL, positions, start, n, enc, enc.layout, name, 1.0, workers)
+        _fill(result, NULL, positions, start, n, enc, layout, name, 1.0, workers)
         return result
     cdef cnp.ndarray target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape
-    _fill(target, NULL, positions, start, n, enc, enc.layout, name, 1.0, workers)
+    _fill(target, NULL, positions, start, n, enc, layout, name, 1.0, workers)
     _round_into(result, target)
     return result
 
@@ -1209,16 +1213,18 @@ cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, doubl
     ``i * step``, ``i < size``, with the half-width frequencies of ``freq_shift``
     (checked by the caller): the axes of the grids. ``names`` are the arguments
     that set the coordinates, for the errors."""
-    cdef _Encoding enc = _encoding(width, base, 1.0, None, "sin_cos", freq_shift, size != 0)
+    cdef int layout = CPE_LAYOUT_SIN_COS
+    cdef _Encoding enc = _encoding(width, base, 1.0, None, None, freq_shift, size != 0, NULL)
     result = prepare_out(None, (size, width), dt, names)
     name = f"{names} (the grid coordinates)"
     if step == 1.0:  # integer coordinates: the rows of a table
         if size > _EXACT_INTEGER_LIMIT:
             raise ValueError(f"{name} must be at most 2**53")
-        return _encode(result, dt, NULL, 0.0, size, enc, name)
+        return _encode(result, dt, NULL, 0.0, size, enc, layout, name)
     with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
         coordinates = np.arange(size, dtype=np.float64) * step
-    return _encode(result, dt, <const double*>_address(coordinates), 0.0, size, enc, name)
+    return _encode(result, dt, <const double*>_address(coordinates), 0.0, size, enc, layout,
+                   name)
 
 
 # ---- public API ----
@@ -1280,19 +1286,21 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     # (a single position is one row, filled here whatever workers says: it is only checked)
     cdef Py_ssize_t threads = 1 if workers is None else as_workers(workers)
     cdef double p
+    cdef int code
     cdef _Encoding enc
     if _scalar_position(position, &p):  # without a detour through an array
         result = prepare_out(out, (width,), dt, "D")
-        enc = _encoding(width, b, s, convention, layout, freq_shift, True)
-        _encode(result, dt, &p, 0.0, 1, enc, "position")
+        enc = _encoding(width, b, s, convention, layout, freq_shift, True, &code)
+        _encode(result, dt, &p, 0.0, 1, enc, code, "position")
         return result if out is None else written(out)  # (out= itself, a tensor say)
     arr = as_positions(position, "position")
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
-    enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0)
+    enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0, &code)
     pos = _positions_float64(arr, "position")
     if workers is None:  # the default of set_workers
         threads = as_workers(None)
-    _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, "position", threads)
+    _encode(result, dt, <const double*>_address(pos), 0.0, pos.size, enc, code, "position",
+            threads)
     return result if out is None else written(out)
 
 
@@ -1368,8 +1376,9 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef double s = as_real(scale, "scale")
     cdef Py_ssize_t threads = as_workers(workers)
     result = prepare_out(out, (rows, width), dt, "n and D")
-    cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0)
-    _encode(result, dt, NULL, float(first), rows, enc, "start and n", threads)
+    cdef int code
+    cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0, &code)
+    _encode(result, dt, NULL, float(first), rows, enc, code, "start and n", threads)
     return result if out is None else written(out)
 
 
@@ -1460,7 +1469,7 @@ cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed)
     if not needed:
         return None
     w = given()
-    return _encoding(width, base, 1.0, None, None, None, True) if w is None else (
+    return _encoding(width, base, 1.0, None, None, None, True, NULL) if w is None else (
         given_encoding(width, w))
 
 
