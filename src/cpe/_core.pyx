@@ -145,10 +145,16 @@ cpdef list as_sequence(value, str name, str what, Py_ssize_t length=-1):
 cpdef double as_real(value, str name) except? -1.0:
     """``value`` as a finite float, or a TypeError/ValueError naming it."""
     cdef double x
-    if type(value) is float:  # the common case, in C
+    cdef int overflow = 0
+    cdef long long whole
+    if type(value) is float:  # the common cases, in C
         x = PyFloat_AS_DOUBLE(value)
         if isfinite(x):
             return x
+    elif type(value) is int:
+        whole = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT:  # (so exact)
+            return <double>whole
     return _real_checked(value, name)
 
 
@@ -1261,20 +1267,22 @@ cdef bint _scalar_position(position, double* p) except -1:
     if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
         p[0] = position
         return True
-    if kind is int or kind is _NP_INT64_TYPE or (kind is not bool and (
+    if kind is _NP_INT64_TYPE:  # (read in C, not through a Python int)
+        cnp.PyArray_ScalarAsCtype(position, &whole)
+    elif kind is int or (kind is not bool and (
             isinstance(position, int) or isinstance(position, np.integer)
             and not isinstance(position, np.timedelta64))):
         whole = PyLong_AsLongLongAndOverflow(position if kind is int else int(position),
                                              &overflow)
-        if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
-            raise ValueError(
-                f"position must be an integer of magnitude <= 2**53, got {position}")
-        p[0] = <double>whole
-        return True
-    if kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
+    elif kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
         p[0] = float(position)
         return True
-    return False
+    else:
+        return False
+    if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
+        raise ValueError(f"position must be an integer of magnitude <= 2**53, got {position}")
+    p[0] = <double>whole
+    return True
 
 
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
