@@ -202,7 +202,7 @@ print(after - before, len(snap["encodings"]), len(snap["levels"]))
 
 @pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
 def test_caches_keep_their_budget_over_a_million_distinct_keys():
-    # The budgets are 2 MiB (encodings) and 4 MiB (digit levels), counted with
+    # The budgets are 2 MiB (encodings) and 8 MiB (digit levels), counted with
     # each entry's objects: a bound on what the process keeps, not only on the
     # frequencies. (When only the frequencies were counted, 16 bytes an entry,
     # the process kept 62-171 MiB.)

@@ -660,7 +660,8 @@ def _overlap(cnp.ndarray a, cnp.ndarray b):
 @cython.final
 @cython.no_gc  # (it refers to a float64 array and numbers: it cannot be in a cycle)
 cdef class _Encoding:
-    """One encoding: its width, layout and double-double frequencies.
+    """One encoding: its width and double-double frequencies (the layout is the
+    fill loop's parameter).
 
     ``frequencies[0][j] + frequencies[1][j] = scale * base ** (-j / den)``.
     """
@@ -691,14 +692,14 @@ cdef Py_ssize_t _SLOT_BYTES = 64
 
 cdef object _getsizeof = sys.getsizeof
 # sys.getsizeof of a float, an _Encoding and a _Levels (set once these exist), of
-# a tuple without its items, of an int below 2**30, and of an ndarray of 0-3 dims
-# without its data.
+# a tuple without its items, of a positive int of one digit, and of an ndarray of
+# 0-3 dims without its data.
 cdef Py_ssize_t _FLOAT_BYTES = _getsizeof(1.0), _ENCODING_BYTES, _LEVELS_BYTES
 cdef Py_ssize_t _TUPLE_BYTES = _getsizeof((None,)) - sizeof(void*)
 cdef Py_ssize_t _SMALL_INT_BYTES = _getsizeof(1)
+cdef long long _SMALL_INT_LIMIT = 2 ** sys.int_info.bits_per_digit
 cdef Py_ssize_t _ARRAY_BYTES[4]
-for _k in range(4):
-    _ARRAY_BYTES[_k] = _getsizeof(np.empty((0,) * _k))
+_ARRAY_BYTES[:] = [_getsizeof(np.empty((0,) * ndim)) for ndim in range(4)]
 
 
 cdef Py_ssize_t _bytes_of(obj) except -1:
@@ -715,7 +716,7 @@ cdef Py_ssize_t _bytes_of(obj) except -1:
         return _LEVELS_BYTES
     if kind is tuple:
         return _TUPLE_BYTES + len(<tuple>obj) * <Py_ssize_t>sizeof(void*)
-    if kind is int and 0 < PyLong_AsLongLongAndOverflow(obj, &overflow) < 2**30:
+    if kind is int and 0 < PyLong_AsLongLongAndOverflow(obj, &overflow) < _SMALL_INT_LIMIT:
         return _SMALL_INT_BYTES
     if kind is np.ndarray and cnp.PyArray_NDIM(obj) < 4:
         return _ARRAY_BYTES[cnp.PyArray_NDIM(obj)] + (
@@ -1267,22 +1268,20 @@ cdef bint _scalar_position(position, double* p) except -1:
     if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
         p[0] = position
         return True
-    if kind is _NP_INT64_TYPE:  # (read in C, not through a Python int)
-        cnp.PyArray_ScalarAsCtype(position, &whole)
-    elif kind is int or (kind is not bool and (
+    if kind is int or kind is _NP_INT64_TYPE or (kind is not bool and (
             isinstance(position, int) or isinstance(position, np.integer)
             and not isinstance(position, np.timedelta64))):
         whole = PyLong_AsLongLongAndOverflow(position if kind is int else int(position),
                                              &overflow)
-    elif kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
+        if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
+            raise ValueError(
+                f"position must be an integer of magnitude <= 2**53, got {position}")
+        p[0] = <double>whole
+        return True
+    if kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
         p[0] = float(position)
         return True
-    else:
-        return False
-    if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
-        raise ValueError(f"position must be an integer of magnitude <= 2**53, got {position}")
-    p[0] = <double>whole
-    return True
+    return False
 
 
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
