@@ -11,15 +11,13 @@ import numpy as np
 import pytest
 
 import cpe
-from cpe import _conventions, _grids, _rope, _typing
+from cpe import _conventions, _typing
 from typed_usage import every_call
 
 
 def test_the_literal_choices_are_the_runtime_choices():
     assert typing.get_args(_typing.Layout) == tuple(_conventions.LAYOUTS)
     assert typing.get_args(_typing.Convention) == tuple(_conventions.CONVENTIONS)
-    assert typing.get_args(_typing.RopeLayout) == _rope.ROPE_LAYOUTS
-    assert typing.get_args(_typing.GridLayout) == _grids.GRID_LAYOUTS
 
 
 def test_the_typed_user_script_runs():

@@ -15,7 +15,6 @@ and in both cases the angle is ``scale * p * w_j``. The layout puts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 LAYOUTS = {"interleaved": 0, "sin_cos": 1, "cos_sin": 2}
@@ -23,40 +22,24 @@ LAYOUTS = {"interleaved": 0, "sin_cos": 1, "cos_sin": 2}
 
 @dataclass(frozen=True)
 class Convention:
-    """A named preset: its layout and frequency shift, and who uses it."""
+    """A named preset: its layout and frequency shift."""
 
     layout: str
     freq_shift: float | None
-    used_by: str
 
 
+# Who uses each (the README's table of conventions says more).
 CONVENTIONS = {
-    "paper": Convention(
-        "interleaved",
-        None,
-        "Vaswani et al. (2017), the PyTorch tutorial, the Annotated Transformer, "
-        "HF DistilBERT/XLM create_sinusoidal_embeddings, keras-hub SinePositionEncoding",
-    ),
-    "marian": Convention("sin_cos", None, "HF Marian and Pegasus sinusoidal positional embeddings"),
-    "fairseq": Convention(
-        "sin_cos",
-        1.0,
-        "fairseq SinusoidalPositionalEmbedding.get_embedding and its HF copies (M2M100, ...)",
-    ),
-    "tensor2tensor": Convention("sin_cos", 1.0, "tensor2tensor get_timing_signal_1d"),
-    "whisper": Convention("sin_cos", 1.0, "OpenAI Whisper sinusoids"),
-    "diffusers": Convention(
-        "sin_cos", 1.0, "diffusers get_timestep_embedding with its default arguments"
-    ),
-    "adm": Convention(
-        "cos_sin",
-        0.0,
-        "guided-diffusion/ADM timestep_embedding and the Stable Diffusion UNet "
-        "(diffusers flip_sin_to_cos=True, downscale_freq_shift=0)",
-    ),
+    # Vaswani et al. (2017), the PyTorch tutorial, the Annotated Transformer,
+    # HF DistilBERT/XLM create_sinusoidal_embeddings, keras-hub SinePositionEncoding
+    "paper": Convention("interleaved", None),
+    "marian": Convention("sin_cos", None),  # HF Marian and Pegasus
+    # fairseq SinusoidalPositionalEmbedding.get_embedding and its HF copies (M2M100, ...)
+    "fairseq": Convention("sin_cos", 1.0),
+    "tensor2tensor": Convention("sin_cos", 1.0),  # get_timing_signal_1d
+    "whisper": Convention("sin_cos", 1.0),  # OpenAI Whisper's sinusoids
+    "diffusers": Convention("sin_cos", 1.0),  # get_timestep_embedding's defaults
+    # guided-diffusion/ADM timestep_embedding and the Stable Diffusion UNet
+    # (diffusers flip_sin_to_cos=True, downscale_freq_shift=0)
+    "adm": Convention("cos_sin", 0.0),
 }
-
-
-def is_one_of(value: object, options: Sequence[str]) -> bool:
-    """``value`` is one of the strings ``options`` (arrays and other objects are not)."""
-    return isinstance(value, str) and value in options

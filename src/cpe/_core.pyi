@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, SupportsIndex, TypeVar, overload
 
 import numpy as np
@@ -101,7 +101,8 @@ def as_sequence(value: object, name: str, what: str, length: int = -1) -> list[A
 def as_real(value: object, name: str) -> float: ...
 def as_start(start: object) -> int: ...
 def table_start(start: object, rows: int) -> int: ...
-def as_base(base: object) -> float: ...
+def as_positive(value: object, name: str) -> float: ...
+def as_choice(value: object, name: str, options: Collection[str]) -> str: ...
 def as_dtype(dtype: object) -> np.dtype[Any]: ...
 def prepare_out(
     out: object, shape: tuple[int, ...], dt: np.dtype[Any], sizes: str, name: str = "out"
@@ -123,24 +124,14 @@ def axis_encoding(
 ) -> npt.NDArray[np.floating[Any]]: ...
 def as_positions(position: object, name: str) -> npt.NDArray[Any]: ...
 def written(out: _T) -> _T: ...
-def given_encoding(width: int, w: npt.NDArray[np.float64]) -> object: ...
 def paper_frequencies(width: int, base: float) -> npt.NDArray[np.float64]: ...
-def _fill_rope(
-    cos: npt.NDArray[np.floating[Any]],
-    sin: npt.NDArray[np.floating[Any]],
-    start: int,
-    base: float,
-    given: Callable[[], npt.NDArray[np.float64] | None],
-    interleaved: bool,
-    amplitude: float,
-    workers: int,
-) -> None: ...
-def _rope_positions(
-    position: object,
+def rope_tables(
+    n: object,
     head_dim: int,
+    start: object,
     base: object,
     given: Callable[[], npt.NDArray[np.float64] | None],
-    dtype: object,
+    dt: np.dtype[Any],
     interleaved: bool,
     out: tuple[object, object] | None,
     amplitude: float,

@@ -35,7 +35,6 @@ from cpe._workers import (
 from cpe.kernels cimport (
     CPE_ERR_ARGUMENT,
     CPE_ERR_NOMEM,
-    CPE_ANGLE_LIMIT,
     CPE_ERR_RANGE,
     CPE_LAYOUT_INTERLEAVED,
     CPE_LAYOUT_SIN_COS,
@@ -65,7 +64,6 @@ cdef extern from "cpe_memory.h":
 cnp.import_array()
 
 # Integers up to 2**53 are exact doubles; positions beyond would be rounded silently.
-_EXACT_INTEGER_LIMIT = 2 ** 53
 cdef long long _EXACT_LIMIT = 1LL << 53
 cdef object _FLOAT64 = np.dtype(np.float64)
 cdef object _FLOAT32 = np.dtype(np.float32)
@@ -184,12 +182,20 @@ cdef double _real_checked(value, str name) except? -1.0:
     return x
 
 
-cpdef double as_base(base) except? -1.0:
-    """``base`` as a finite float ``> 0``."""
-    cdef double b = as_real(base, "base")
-    if b <= 0.0:
-        raise ValueError(f"base must be > 0, got {b!r}")
-    return b
+cpdef double as_positive(value, str name) except? -1.0:
+    """``value`` as a finite float ``> 0``, or a TypeError/ValueError naming it."""
+    cdef double x = as_real(value, name)
+    if not x > 0.0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+cpdef object as_choice(value, str name, options):
+    """``value`` if it is one of the strings ``options`` (a sequence, or a mapping's
+    keys), or the ValueError naming it and them (arrays and other objects are not)."""
+    if isinstance(value, str) and value in options:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
 
 
 def _dtype_names():
@@ -270,6 +276,16 @@ cpdef object as_dtype(dtype):
     raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
 
 
+cdef bint _exact_integer(value, double* x) except -1:
+    """Whether the Python or NumPy integer ``value`` has magnitude <= 2**53, an
+    exact double, then written to ``x``."""
+    cdef int overflow = 0
+    cdef long long whole = PyLong_AsLongLongAndOverflow(
+        value if type(value) is int else int(value), &overflow)
+    x[0] = <double>whole
+    return not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT
+
+
 cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1:
     """Bools in a list or tuple of positions, which numpy.asarray would turn into
     0/1 without a word, and masked arrays (their masks would be dropped); with
@@ -277,37 +293,30 @@ cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1
     Other objects that NumPy reads as arrays (buffers, ``__array__``) are refused,
     other sequences are checked as lists are. The usual
     element types are recognized by identity, cheaply beside the conversion."""
-    cdef int overflow = 0
-    cdef long long value
+    cdef double x
     if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
         return 0
     for item in sequence:
         kind = type(item)
         if kind is float or kind is _NP_FLOAT64_TYPE or kind is _NP_FLOAT32_TYPE:
             continue
-        if kind is int or kind is _NP_INT64_TYPE:
-            if to_float:
-                value = PyLong_AsLongLongAndOverflow(int(item) if kind is not int else item,
-                                                     &overflow)
-                if overflow or not (-_EXACT_LIMIT <= value <= _EXACT_LIMIT):
-                    raise ValueError(
-                        f"{name} must be integers of magnitude <= 2**53, got {item}")
+        if kind is int or kind is _NP_INT64_TYPE or (
+                kind is not bool and isinstance(item, (int, np.integer))):
+            if to_float and not _exact_integer(item, &x):
+                raise ValueError(f"{name} must be integers of magnitude <= 2**53, got {item}")
         elif isinstance(item, (list, tuple)):
             _check_sequence(item, depth + 1, to_float, name)
         elif isinstance(item, (float, np.floating)):
             continue
         elif isinstance(item, (bool, np.bool_)):
             raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
-        elif isinstance(item, (int, np.integer)):
-            if to_float and abs(int(item)) > _EXACT_INTEGER_LIMIT:
-                raise ValueError(f"{name} must be integers of magnitude <= 2**53, got {item}")
         elif isinstance(item, np.ndarray):
             _reject_masked(item, name)
             if item.dtype.kind == "b":
                 raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
             if to_float and item.dtype.kind in "iu" and item.size and (
-                    abs(int(item)) > _EXACT_INTEGER_LIMIT if item.ndim == 0 else
-                    item.max() > _EXACT_INTEGER_LIMIT or item.min() < -_EXACT_INTEGER_LIMIT):
+                    abs(int(item)) > _EXACT_LIMIT if item.ndim == 0 else
+                    item.max() > _EXACT_LIMIT or item.min() < -_EXACT_LIMIT):
                 raise ValueError(f"{name} must be integers of magnitude <= 2**53")
         elif _array_like(item):
             # Converted by NumPy unchecked (their bools, their integers beyond
@@ -344,8 +353,6 @@ cpdef object as_positions(position, str name):
     """Positions as an array of real numbers, neither scanned nor copied yet. A
     tensor that requires grad is read as its values (positions are not
     differentiated; detach() copies nothing)."""
-    if isinstance(position, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number or an array of them, got bool")
     if getattr(position, "requires_grad", False) is True and hasattr(position, "detach"):
         position = position.detach()
     _reject_masked(position, name)
@@ -402,7 +409,7 @@ cdef object _positions_float64(arr, str name):
     # are the integers themselves compared (NumPy's max and min cost ~1 us each,
     # more than the rest of a call for a few positions).
     if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
-        if arr.max() > _EXACT_INTEGER_LIMIT or (kind == "i" and arr.min() < -_EXACT_INTEGER_LIMIT):
+        if arr.max() > _EXACT_LIMIT or (kind == "i" and arr.min() < -_EXACT_LIMIT):
             raise ValueError(f"{name} must be integers of magnitude <= 2**53")
     return pos
 
@@ -649,7 +656,7 @@ cpdef object written(out):
     return out
 
 
-def _overlap(cnp.ndarray a, cnp.ndarray b):
+cdef bint _overlap(cnp.ndarray a, cnp.ndarray b) noexcept:
     """Whether two C-contiguous arrays share memory: their byte ranges meet
     (decided from their data pointers, never dispatched to a subclass)."""
     cdef size_t start_a = <size_t>cnp.PyArray_DATA(a), start_b = <size_t>cnp.PyArray_DATA(b)
@@ -791,9 +798,7 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
     if freq_shift is not None:
         shift = as_real(freq_shift, "freq_shift")
     if convention is not None:
-        if not isinstance(convention, str) or convention not in _CONVENTIONS:
-            names = ", ".join(repr(name) for name in _CONVENTIONS)
-            raise ValueError(f"convention must be one of {names}, got {convention!r}")
+        as_choice(convention, "convention", _CONVENTIONS)
         if layout is not None or freq_shift is not None:
             raise ValueError(
                 f"convention={convention!r} sets layout and freq_shift; "
@@ -801,13 +806,8 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
         preset = _CONVENTIONS[convention]
         layout, freq_shift = preset.layout, preset.freq_shift
         shift = 0.0 if freq_shift is None else freq_shift
-    if layout is None:
-        layout_code[0] = CPE_LAYOUT_INTERLEAVED
-    elif isinstance(layout, str) and layout in _LAYOUTS:
-        layout_code[0] = _LAYOUTS[layout]
-    else:
-        names = ", ".join(repr(name) for name in _LAYOUTS)
-        raise ValueError(f"layout must be one of {names}, got {layout!r}")
+    layout_code[0] = (CPE_LAYOUT_INTERLEAVED if layout is None else
+                      _LAYOUTS[as_choice(layout, "layout", _LAYOUTS)])
     if freq_shift is None:
         n_freq[0], den[0] = (D + 1) // 2, D / 2.0
         return 0
@@ -874,18 +874,18 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     return _kept(key, width, n_freq, base, den, scale, w)
 
 
-cpdef object given_encoding(Py_ssize_t width, w):
+cdef _Encoding _given_encoding(Py_ssize_t width, w):
     """RoPE's encoding of width ``width`` with the frequencies ``w``: a float64
     array of shape (2, width // 2), finite double-doubles (hi and lo rows, each
     ``|lo| <= ulp(hi) / 2``; lo 0 for frequencies taken as exact), as
     cpe._scaling makes them. Cached by their bytes."""
     w = np.array(w, dtype=np.float64, order="C")  # a copy of the caller's
     if w.shape != (2, width // 2):
-        raise ValueError(f"given_encoding: frequencies of shape (2, {width // 2}) expected")
+        raise ValueError(f"given frequencies of shape (2, {width // 2}) expected")
     key = ("given", width, w.tobytes())
     cached = _encodings.entries.get(key)
     if cached is not None:
-        return cached
+        return <_Encoding>cached
     return _kept(key, width, width // 2, NAN, NAN, 1.0, w)
 
 
@@ -1010,12 +1010,6 @@ def _cache_snapshot():
 
 
 # ---- running the kernels ----
-
-cdef inline bint _angles_fit(_Encoding enc, double largest_position) noexcept:
-    """The kernels' range check: every |p * w_j| within CPE_ANGLE_LIMIT for
-    |p| <= largest_position (NaN fails)."""
-    return largest_position * enc.w_max <= CPE_ANGLE_LIMIT
-
 
 cdef int _raise_for(int status, str name) except -1:
     """The error of a kernel's status; ``name`` is the argument that holds the
@@ -1162,18 +1156,29 @@ cdef class _Parts:
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
-                    _Encoding enc, int layout, str name, Py_ssize_t workers=1):
-    """Fill the checked ``result`` (see _fill) and return it; float16 and bfloat16,
-    which the kernels do not write, are computed in float64 and rounded once on the
-    way out. ``enc`` is None when there is nothing to fill."""
+                    _Encoding enc, int layout, str name, Py_ssize_t workers=1,
+                    cnp.ndarray sin=None, double amplitude=1.0):
+    """Fill the checked ``result`` (see _fill), and RoPE's checked ``sin`` table for
+    the RoPE layouts, and return ``result``. float16 and bfloat16, which the kernels
+    do not write, are computed in float64 (RoPE's two tables in one array) and
+    rounded once on the way out, so that nothing is written before every check and
+    allocation has succeeded. ``enc`` is None when there is nothing to fill."""
     if n == 0:
         return result
+    cdef char* sin_data = NULL
     if dt is _FLOAT64 or dt is _FLOAT32:
-        _fill(result, NULL, positions, start, n, enc, layout, name, 1.0, workers)
+        if sin is not None:
+            sin_data = _address(sin)
+        _fill(result, sin_data, positions, start, n, enc, layout, name, amplitude, workers)
         return result
-    cdef cnp.ndarray target = np.empty(_dims(result), dtype=np.float64)  # NumPy's shape
-    _fill(target, NULL, positions, start, n, enc, layout, name, 1.0, workers)
-    _round_into(result, target)
+    cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>result)
+    cdef cnp.ndarray target = np.empty((1 if sin is None else 2, size), dtype=np.float64)
+    if sin is not None:
+        sin_data = _address(target) + size * 8
+    _fill(target, sin_data, positions, start, n, enc, layout, name, amplitude, workers)
+    _round_into(result, target[0])
+    if sin is not None:
+        _round_into(sin, target[1])
     return result
 
 
@@ -1225,7 +1230,7 @@ cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, doubl
     result = prepare_out(None, (size, width), dt, names)
     name = f"{names} (the grid coordinates)"
     if step == 1.0:  # integer coordinates: the rows of a table
-        if size > _EXACT_INTEGER_LIMIT:
+        if size > _EXACT_LIMIT:
             raise ValueError(f"{name} must be at most 2**53")
         return _encode(result, dt, NULL, 0.0, size, enc, layout, name)
     with np.errstate(over="ignore"):  # an inf coordinate is the kernel's ValueError
@@ -1262,8 +1267,6 @@ cdef bint _scalar_position(position, double* p) except -1:
     doubles), integers beyond 2**53 refused; False for anything else,
     which as_positions reads or refuses. NaN and infinity are the kernel's
     error, as in an array."""
-    cdef int overflow = 0
-    cdef long long whole
     kind = type(position)
     if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
         p[0] = position
@@ -1271,12 +1274,9 @@ cdef bint _scalar_position(position, double* p) except -1:
     if kind is int or kind is _NP_INT64_TYPE or (kind is not bool and (
             isinstance(position, int) or isinstance(position, np.integer)
             and not isinstance(position, np.timedelta64))):
-        whole = PyLong_AsLongLongAndOverflow(position if kind is int else int(position),
-                                             &overflow)
-        if overflow or not (-_EXACT_LIMIT <= whole <= _EXACT_LIMIT):
+        if not _exact_integer(position, p):
             raise ValueError(
                 f"position must be an integer of magnitude <= 2**53, got {position}")
-        p[0] = <double>whole
         return True
     if kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
         p[0] = float(position)
@@ -1287,7 +1287,7 @@ cdef bint _scalar_position(position, double* p) except -1:
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None, workers=None):
     cdef Py_ssize_t width = as_count(D, "D", 1)
-    cdef double b = as_base(base)
+    cdef double b = as_positive(base, "base")
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
     # (a single position is one row, filled here whatever workers says: it is only checked)
@@ -1378,7 +1378,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef Py_ssize_t rows = as_count(n, "n", 0)
     cdef Py_ssize_t width = as_count(D, "D", 1)
     first = table_start(start, rows)
-    cdef double b = as_base(base)
+    cdef double b = as_positive(base, "base")
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
     cdef Py_ssize_t threads = as_workers(workers)
@@ -1464,58 +1464,20 @@ cpdef object table_start(start, Py_ssize_t rows):
     """``start`` of a table of ``rows`` rows as an int, the first and the last
     positions exact doubles, or the error naming them."""
     first = start if type(start) is int else as_start(start)
-    if abs(first) > _EXACT_INTEGER_LIMIT or abs(first + rows) > _EXACT_INTEGER_LIMIT:
+    if abs(first) > _EXACT_LIMIT or abs(first + rows) > _EXACT_LIMIT:
         raise ValueError("start and start + n must be integers of magnitude <= 2**53")
     return first
 
 
 cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed):
     """RoPE's encoding, None when not ``needed``: of the frequencies that the
-    function ``given`` returns (see given_encoding), called only when ``needed``,
+    function ``given`` returns (see _given_encoding), called only when ``needed``,
     or when it returns None, of the paper's frequencies of ``base``."""
     if not needed:
         return None
     w = given()
     return _encoding(width, base, 1.0, None, None, None, True, NULL) if w is None else (
-        given_encoding(width, w))
-
-
-def _fill_rope(cnp.ndarray cos, cnp.ndarray sin, start, double base, given,
-               bint interleaved, double amplitude, Py_ssize_t workers):
-    """Fill RoPE's ``cos`` and ``sin`` tables for the positions ``start, start + 1, ...``,
-    of the paper's frequencies of ``base`` or of ``given`` (see
-    _rope_encoding), times ``amplitude``, by up to ``workers`` threads (see _fill).
-
-    For cpe._rope, which has checked the arguments (``base`` converted once) and
-    both arrays: C-contiguous, of one dtype (one of as_dtype's) and the
-    same shape ``(n, head_dim)``, not overlapping.
-    """
-    cdef Py_ssize_t n = cnp.PyArray_DIM(cos, 0)
-    cdef _Encoding enc = _rope_encoding(cnp.PyArray_DIM(cos, 1), base, given, n != 0)
-    _encode_rope(cos, sin, NULL, float(start), n, enc, interleaved, amplitude, "start and n",
-                 workers)
-
-
-cdef object _encode_rope(cnp.ndarray cos, cnp.ndarray sin, const double* positions,
-                         double start, Py_ssize_t n, _Encoding enc, bint interleaved,
-                         double amplitude, str name, Py_ssize_t workers):
-    """Fill RoPE's checked ``cos`` and ``sin`` (see _fill) with their values times
-    ``amplitude``. float16 and bfloat16, as in _encode, are computed in float64 (both tables in
-    one array) and rounded once on the way out, so that nothing is written before
-    every check and allocation has succeeded."""
-    if n == 0:
-        return None
-    cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
-    cdef int typenum = cnp.PyArray_TYPE(cos)
-    if typenum == cnp.NPY_FLOAT64 or typenum == cnp.NPY_FLOAT32:
-        _fill(cos, _address(sin), positions, start, n, enc, layout, name, amplitude, workers)
-        return None
-    cdef cnp.ndarray target = np.empty((2, n * enc.width), dtype=np.float64)
-    _fill(target, _address(target) + n * enc.width * 8, positions, start, n, enc, layout, name,
-          amplitude, workers)
-    _round_into(cos, target[0])
-    _round_into(sin, target[1])
-    return None
+        _given_encoding(width, w))
 
 
 cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
@@ -1551,34 +1513,47 @@ cpdef tuple new_tables(tuple shape, dt, str sizes):
     return both[:count].reshape(shape), both[stride:stride + count].reshape(shape)
 
 
-def _rope_positions(position, Py_ssize_t head_dim, base, given, dtype, bint interleaved,
-                    out, double amplitude, Py_ssize_t workers):
-    """RoPE's ``cos`` and ``sin`` tables of the positions ``position`` (any shape),
-    the argument ``n`` of rope_cos_sin.
+def rope_tables(n, Py_ssize_t head_dim, start, base, given, dt, bint interleaved, out,
+                double amplitude, Py_ssize_t workers):
+    """RoPE's ``cos`` and ``sin`` tables, their values times ``amplitude``: of the
+    positions ``start, start + 1, ..., start + n - 1`` when ``start`` is given (the
+    arguments checked as positional_encoding_table checks them: n, out, start, base),
+    else of the positions ``n``, of any shape (base, positions, out). The frequencies
+    are those the function ``given`` returns (see _rope_encoding); up to ``workers``
+    threads fill large tables (see _fill).
 
-    For cpe._rope, which has checked ``head_dim`` (even, >= 2) and that ``out`` is
-    None or a tuple of two. The caller's arrays are checked before any position is
-    converted or copied. Without them both tables share one allocation: two of a
-    few MiB each would, with glibc's default thresholds, be page-faulted again on
-    every call. ``given``, ``amplitude`` and ``workers``: as for _fill_rope.
+    For cpe._rope, which has checked ``head_dim`` (even, >= 2), ``dt`` (one of
+    as_dtype's) and that ``out`` is None or a tuple of two. The caller's arrays are
+    checked before any position is converted or copied. Without them both tables
+    share one allocation (see new_tables).
     """
-    cdef double b = as_base(base)
-    dt = as_dtype(dtype)
-    arr = as_positions(position, "n (the positions)")
-    shape = arr.shape + (head_dim,)
-    sizes = "n (the positions) and head_dim"
-    if out is not None:
-        cos, sin = rope_outputs(out, shape, dt, sizes)
-    # Also with out=: a float16 or bfloat16 table's float64 rows may not fit.
-    if _too_large((2,) + shape, dt):
+    cdef double b, first = 0.0
+    cdef Py_ssize_t count
+    if start is not None:
+        count = as_count(n, "n", 0)
+        shape, sizes, name = (count, head_dim), "n and head_dim", "start and n"
+        if out is not None:
+            cos, sin = rope_outputs(out, shape, dt, sizes)
+        first = table_start(start, count)
+        b = as_positive(base, "base")
+    else:
+        b = as_positive(base, "base")
+        name = "n (the positions)"
+        arr = as_positions(n, name)
+        count = arr.size
+        shape, sizes = arr.shape + (head_dim,), f"{name} and head_dim"
+        if out is not None:
+            cos, sin = rope_outputs(out, shape, dt, sizes)
+    # Also with out=: the float64 rows of float16 or bfloat16 tables may not fit.
+    if dt is not _FLOAT64 and dt is not _FLOAT32 and _too_large((2,) + shape, dt):
         raise ValueError(f"{sizes}: the outputs of shape {shape} are too large to allocate")
-    cdef Py_ssize_t n = arr.size
     if out is None:
         cos, sin = new_tables(shape, dt, sizes)
-    cdef _Encoding enc = _rope_encoding(head_dim, b, given, n != 0)
-    if n == 0:
-        return (cos, sin) if out is None else written(out)
-    cdef cnp.ndarray pos = _positions_float64(arr, "n (the positions)")
-    _encode_rope(cos, sin, <const double*>_address(pos), 0.0, n, enc, interleaved, amplitude,
-                 "n (the positions)", workers)
+    cdef _Encoding enc = _rope_encoding(head_dim, b, given, count != 0)
+    cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
+    cdef const double* positions = NULL
+    if start is None and count:
+        pos = _positions_float64(arr, name)
+        positions = <const double*>_address(pos)
+    _encode(cos, dt, positions, first, count, enc, layout, name, workers, sin, amplitude)
     return (cos, sin) if out is None else written(out)  # (out= itself: tensors, say)

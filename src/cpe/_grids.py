@@ -8,16 +8,16 @@ the output. All checks happen before anything is written into ``out``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from cpe._conventions import is_one_of
 from cpe._core import (
-    as_base,
+    as_choice,
     as_count,
     as_dtype,
+    as_positive,
     as_real,
     axis_encoding,
     prepare_out,
@@ -30,14 +30,7 @@ if TYPE_CHECKING:
 from cpe._workers import as_workers, part_bounds, part_count, run_parts
 from cpe.kernels import _tile_rows
 
-GRID_LAYOUTS = ("mae", "timm", "timm_interleaved")
-
-
-def _positive_real(value: Any, name: str) -> float:
-    x = float(as_real(value, name))
-    if x <= 0:
-        raise ValueError(f"{name} must be > 0, got {x!r}")
-    return x
+GRID_LAYOUTS = get_args(GridLayout)
 
 
 def _step(numerator: float, count: int | None, scale: float, names: str) -> float:
@@ -210,14 +203,11 @@ def sincos_2d(
     if width % 4:
         raise ValueError(f"D must be a multiple of 4 for a 2-D encoding, got {width}")
     extra = as_count(extra_tokens, "extra_tokens", 0)
-    if not is_one_of(layout, GRID_LAYOUTS):
-        raise ValueError(
-            f"layout must be one of {', '.join(map(repr, GRID_LAYOUTS))}, got {layout!r}"
-        )
-    b = as_base(base)
-    scale = _positive_real(interpolation_scale, "interpolation_scale")
-    size = None if base_size is None else _positive_real(base_size, "base_size")
-    shift = 0.0 if freq_shift is None else float(as_real(freq_shift, "freq_shift"))
+    as_choice(layout, "layout", GRID_LAYOUTS)
+    b = as_positive(base, "base")
+    scale = as_positive(interpolation_scale, "interpolation_scale")
+    size = None if base_size is None else as_positive(base_size, "base_size")
+    shift = 0.0 if freq_shift is None else as_real(freq_shift, "freq_shift")
     if width // 4 >= 2 and not width // 4 - shift > 0:
         raise ValueError(
             f"freq_shift={shift!r} needs D // 4 - freq_shift > 0 for a 2-D encoding, got D={width}"
@@ -250,7 +240,7 @@ def _fill_grid(
     enc_h: npt.NDArray[Any],
     enc_w: npt.NDArray[Any],
     layout: str,
-    workers: int = 1,
+    workers: int,
 ) -> None:
     """Write the tokens of the grid (C-contiguous ``view``, rows*columns x D) from
     the encodings of its axes (``[sin | cos]`` rows of width D/2)."""
@@ -274,7 +264,7 @@ def _tile(
     first: npt.NDArray[Any],
     second: npt.NDArray[Any],
     segments: list[tuple[int, int, int, int]],
-    workers: int = 1,
+    workers: int,
 ) -> None:
     """Row ``i * len(second) + j`` of ``view`` from rows ``i`` of ``first`` and
     ``j`` of ``second``; ``segments`` in columns (see ``kernels._tile_rows``). Large
@@ -405,9 +395,9 @@ def sincos_3d(
     width = as_count(D, "D", 1)
     if width % 16:
         raise ValueError(f"D must be a multiple of 16 for a 3-D encoding, got {width}")
-    b = as_base(base)
-    time_scale = _positive_real(temporal_interpolation_scale, "temporal_interpolation_scale")
-    space_scale = _positive_real(spatial_interpolation_scale, "spatial_interpolation_scale")
+    b = as_positive(base, "base")
+    time_scale = as_positive(temporal_interpolation_scale, "temporal_interpolation_scale")
+    space_scale = as_positive(spatial_interpolation_scale, "spatial_interpolation_scale")
     dt = as_dtype(dtype)
     threads = as_workers(workers)
     result = prepare_out(out, (frames, rows * columns, width), dt, "t, h, w and D")

@@ -6,16 +6,13 @@ import functools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, overload
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from cpe._conventions import is_one_of
 from cpe._core import (
-    _fill_rope,
-    _rope_positions,
-    as_base,
+    as_choice,
     as_count,
     as_dtype,
     as_positions,
@@ -23,7 +20,7 @@ from cpe._core import (
     as_start,
     new_tables,
     rope_outputs,
-    table_start,
+    rope_tables,
     written,
 )
 from cpe._scaling import Scheme, scheme, sections_of
@@ -33,7 +30,7 @@ if TYPE_CHECKING:
     from cpe._typing import DType, Float, Out, Out2
 from cpe._workers import as_workers
 
-ROPE_LAYOUTS = ("half", "interleaved")
+ROPE_LAYOUTS = get_args(RopeLayout)
 
 
 @overload
@@ -219,10 +216,7 @@ def rope_cos_sin(
     True
     """
     width = _head_dim(head_dim)
-    if not is_one_of(layout, ROPE_LAYOUTS):
-        raise ValueError(
-            f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}"
-        )
+    as_choice(layout, "layout", ROPE_LAYOUTS)
     output_dtype = as_dtype(dtype)
     threads = as_workers(workers)
     if isinstance(n, (bool, np.bool_)):
@@ -265,15 +259,14 @@ def rope_cos_sin(
             seq_len,
             lambda: _length(n, start, counted),
         )
-    if counted:
-        kernel_layout = "sin_cos" if layout == "half" else "interleaved"
-        return _rope_table(n, used, start, output_dtype, kernel_layout, out, threads)
-    _check_no_offset(start)
-    if used.sections is not None:
-        return _multimodal(n, used, output_dtype, layout == "interleaved", out, threads)
-    return _rope_positions(
+    if not counted:
+        _check_no_offset(start)
+        if used.sections is not None:
+            return _multimodal(n, used, output_dtype, layout == "interleaved", out, threads)
+    return rope_tables(
         n,
         used.width,
+        start if counted else None,
         used.base,
         used.frequencies,
         output_dtype,
@@ -392,7 +385,7 @@ def _multimodal(
         def given() -> npt.NDArray[np.float64]:
             return frequencies()[:, largest]
 
-        _rope_positions(positions, 2, used.base, given, dtype, False, None, 1.0, 1)
+        rope_tables(positions, 2, None, used.base, given, dtype, False, None, 1.0, 1)
 
     parts: list[Part] = []
     for axis, which in enumerate(sections_of(used) if positions.size else []):
@@ -463,8 +456,8 @@ def _side_by_side(
     if math.prod(shape):
         check()
     tables = [
-        _rope_positions(
-            axis, width, used.base, given or (lambda: None), dtype, interleaved, None,
+        rope_tables(
+            axis, width, None, used.base, given or (lambda: None), dtype, interleaved, None,
             used.attention_factor, workers,
         )
         for axis, width, given, _ in parts
@@ -535,38 +528,6 @@ def _kind(value: Any) -> str:
     if type(value) is tuple:
         return f"a tuple of {len(value)}"
     return type(value).__name__
-
-
-def _rope_table(
-    n: Any,
-    used: Scheme,
-    start: Any,
-    dtype: Any,
-    kernel_layout: str,
-    out: tuple[Any, Any] | None,
-    workers: int,
-) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    rows = as_count(n, "n", 0)
-    width = used.width
-    given = None
-    if out is not None:  # before the size, as any out= is
-        given = rope_outputs(out, (rows, width), dtype, "n and head_dim")
-    # start (and start + n) and base, as positional_encoding_table checks them;
-    # then the size.
-    first = table_start(start, rows)
-    b = as_base(used.base)
-    cos, sin = given if given is not None else new_tables((rows, width), dtype, "n and head_dim")
-    _fill_rope(
-        cos,
-        sin,
-        first,
-        b,
-        used.frequencies,
-        kernel_layout == "interleaved",
-        used.attention_factor,
-        workers,
-    )
-    return (cos, sin) if out is None else written(out)
 
 
 def _check_no_offset(start: Any) -> None:

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cpe._core import as_base, as_count, as_real, as_sequence, paper_frequencies
+from cpe._core import (
+    as_choice,
+    as_count,
+    as_positive,
+    as_real,
+    as_sequence,
+    paper_frequencies,
+)
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 # The keys of transformers' RopeParameters, the older rope_scaling's "type" and the
@@ -89,7 +96,7 @@ class Scheme:
     def double_doubles(self) -> npt.NDArray[np.float64]:
         """(2, width // 2) double-doubles, the paper's included."""
         w = self.frequencies()
-        return paper_frequencies(self.width, as_base(self.base)) if w is None else w
+        return paper_frequencies(self.width, as_positive(self.base, "base")) if w is None else w
 
     def inv_freq(self) -> npt.NDArray[np.float64]:
         """The frequencies rounded to float64 (a new array)."""
@@ -185,9 +192,7 @@ class _Parameters:
                     f"rope_parameters of rope_type {self.rope_type!r} needs the key {key!r}"
                 )
             return float(default)
-        x = as_real(value, self.name(key))
-        if positive and not x > 0:
-            raise ValueError(f"{self.name(key)} must be > 0, got {x!r}")
+        x = (as_positive if positive else as_real)(value, self.name(key))
         if at_least_zero and not x >= 0:
             raise ValueError(f"{self.name(key)} must be >= 0, got {x!r}")
         return x
@@ -215,13 +220,7 @@ def _rope_type(parameters: Mapping[str, Any]) -> str:
         raise TypeError(
             f"rope_parameters['rope_type'] must be a str, got {type(rope_type).__name__}"
         )
-    rope_type = _ALIASES.get(rope_type, rope_type)
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(
-            f"rope_parameters['rope_type'] must be one of {', '.join(map(repr, ROPE_TYPES))}, "
-            f"got {rope_type!r}"
-        )
-    return rope_type
+    return as_choice(_ALIASES.get(rope_type, rope_type), "rope_parameters['rope_type']", ROPE_TYPES)
 
 
 def scheme(
@@ -376,11 +375,9 @@ def _frequencies(
     # the scheme that needs it (the unscaled tables check it after their start).
     theta = base
     if read.has("rope_theta"):
-        theta = as_real(rope_parameters["rope_theta"], read.name("rope_theta"))
-        if not theta > 0:
-            raise ValueError(f"rope_parameters['rope_theta'] must be > 0, got {theta!r}")
+        theta = as_positive(rope_parameters["rope_theta"], read.name("rope_theta"))
     elif rope_type != "default":
-        theta = as_base(base)
+        theta = as_positive(base, "base")
     fraction = read.real("partial_rotary_factor", 1.0)
     # proportional may rotate nothing (all frequencies zero), as transformers lets it.
     if not (0.0 < fraction <= 1.0 or (rope_type == "proportional" and fraction == 0.0)):

@@ -65,7 +65,7 @@ def part_bounds(items: int, parts: int, item_bytes: int, addresses: tuple[int, .
     return bounds
 
 
-def as_workers(workers: Any, name: str = "workers") -> int:
+def as_workers(workers: Any) -> int:
     """``workers`` as a count of threads (see the module), or the error naming it."""
     if workers is None:
         return _DEFAULT.get()
@@ -73,7 +73,7 @@ def as_workers(workers: Any, name: str = "workers") -> int:
         return workers
     if isinstance(workers, bool) or not hasattr(workers, "__index__"):
         raise TypeError(
-            f"{name} must be an int (a count of threads, or -1 for every CPU), "
+            f"workers must be an int (a count of threads, or -1 for every CPU), "
             f"got {type(workers).__name__}"
         )
     count = operator.index(workers)
@@ -81,7 +81,7 @@ def as_workers(workers: Any, name: str = "workers") -> int:
         count += _cpus() + 1
     if count < 1:
         raise ValueError(
-            f"{name} must be a positive count of threads, or -k for os.cpu_count() + 1 - k "
+            f"workers must be a positive count of threads, or -k for os.cpu_count() + 1 - k "
             f"(-1: every CPU), got {workers}"
         )
     return min(count, _MOST)
