@@ -11,8 +11,8 @@ import json
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,17 @@ from cpe._argparse import OneLineErrorParser
 from cpe._conventions import CONVENTIONS
 
 PLOT_HINT = "cpe plot needs matplotlib: pip install matplotlib"
+
+_T = TypeVar("_T")
+
+
+def _split(text: str, parse: Callable[[str], _T], what: str) -> list[_T]:
+    """The comma-separated parts of ``text``, each read by ``parse``; ``what`` names
+    the expected text in the error."""
+    try:
+        return [parse(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
 
 
 def _position(part: str) -> int | float:
@@ -34,12 +45,7 @@ def _position(part: str) -> int | float:
 
 def _positions(text: str) -> list[int | float] | int | float:
     """``"3"`` -> 3, ``"2.5"`` -> 2.5, ``"0,1,7"`` -> a list of positions."""
-    try:
-        values = [_position(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a position or comma-separated positions: {text!r}"
-        ) from None
+    values = _split(text, _position, "a position or comma-separated positions")
     return values if "," in text else values[0]
 
 
@@ -72,10 +78,15 @@ def _mapping(text: str) -> dict[str, Any]:
 
 
 def _integers(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
+    """``"16,56,56"`` -> [16, 56, 56]."""
+    return _split(text, int, "comma-separated integers")
+
+
+def _dests(group: argparse._ArgumentGroup) -> list[str]:
+    """The names under which ``group``'s options are parsed. The options of a
+    command's "encoding" group are, by these names, the keywords of its library
+    call (see ``_keywords``)."""
+    return [action.dest for action in group._group_actions]
 
 
 def _dtype_option(group: Any) -> None:
@@ -87,7 +98,17 @@ def _dtype_option(group: Any) -> None:
     )
 
 
-def _encoding_options(parser: argparse.ArgumentParser) -> None:
+def _start_option(container: Any) -> None:
+    container.add_argument("--start", type=int, default=0, help="first position (default 0)")
+
+
+def _table_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("n", metavar="N", type=int, help="number of positions")
+    parser.add_argument("D", type=int, help="width of the encoding")
+
+
+def _encoding_options(parser: argparse.ArgumentParser) -> list[str]:
+    """Adds the options of ``positional_encoding``; returns their names."""
     group = parser.add_argument_group("encoding")
     group.add_argument(
         "--base", type=float, default=10000.0, help="base of the frequencies (default 10000)"
@@ -99,6 +120,7 @@ def _encoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--freq-shift", type=float, help="half-width frequencies with this shift")
     group.add_argument("--scale", type=float, default=1.0, help="multiplies every angle")
     group.add_argument("--convention", choices=sorted(CONVENTIONS), help="a named preset")
+    return _dests(group)
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         ' after "--": -- -1.5,2)',
     )
     encode.add_argument("D", type=int, help="width of the encoding")
-    _encoding_options(encode)
+    encode.set_defaults(call=_encode, keywords=_encoding_options(encode))
     _output_options(encode)
 
     table = commands.add_parser(
@@ -140,10 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="table of N consecutive positions",
         description="Print positional_encoding_table(N, D).",
     )
-    table.add_argument("n", metavar="N", type=int, help="number of positions")
-    table.add_argument("D", type=int, help="width of the encoding")
-    table.add_argument("--start", type=int, default=0, help="first position (default 0)")
-    _encoding_options(table)
+    _table_arguments(table)
+    _start_option(table)
+    table.set_defaults(call=_table, keywords=_encoding_options(table))
     _output_options(table)
 
     plot = commands.add_parser(
@@ -152,8 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plot positional_encoding_table(N, D) as a heatmap "
         "(positions x dimensions), optionally with a few dimensions as curves.",
     )
-    plot.add_argument("n", metavar="N", type=int, help="number of positions")
-    plot.add_argument("D", type=int, help="width of the encoding")
+    _table_arguments(plot)
     plot.add_argument(
         "--output",
         "-o",
@@ -163,14 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument(
         "--curves",
-        type=lambda text: [int(k) for k in text.split(",")],
+        type=_integers,
         help="comma-separated dimensions to draw as curves over position, e.g. 0,1,6,7",
     )
     plot.add_argument(
         "--size", default="1000x600", help="image size in pixels, WIDTHxHEIGHT (default 1000x600)"
     )
-    plot.add_argument("--start", type=int, default=0, help="first position (default 0)")
-    _encoding_options(plot)
+    _start_option(plot)
+    plot.set_defaults(call=_plot, keywords=_encoding_options(plot))
 
     grid = commands.add_parser(
         "grid",
@@ -194,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--freq-shift", type=float, default=0.0, help="1 for vit-pytorch's frequencies"
     )
     _dtype_option(options)
+    grid.set_defaults(call=_grid, keywords=_dests(options))
     _output_options(grid)
 
     rope = commands.add_parser(
@@ -211,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rope.add_argument("head_dim", metavar="HEAD_DIM", type=int, help="width of each table")
     options = rope.add_argument_group("encoding")
-    options.add_argument("--start", type=int, default=0, help="first position (default 0)")
+    _start_option(options)
     options.add_argument("--base", type=float, default=10000.0, help="theta (default 10000)")
     options.add_argument("--layout", default="half", choices=["half", "interleaved"])
     _dtype_option(options)
@@ -231,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_argument(
         "--axes-dim", type=_integers, help="axial RoPE: the width of each axis, e.g. 16,56,56"
     )
+    rope.set_defaults(call=_rope, keywords=_dests(options))
     _output_options(rope)
 
     # Listed here for `cpe --help`; main() hands `cpe bench ...` to the benchmark's
@@ -242,40 +264,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _keywords(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "base": args.base,
-        "dtype": args.dtype,
-        "layout": args.layout,
-        "freq_shift": args.freq_shift,
-        "scale": args.scale,
-        "convention": args.convention,
-    }
+    """The command's encoding options, as keywords of its library function."""
+    return {name: getattr(args, name) for name in args.keywords}
 
 
 def _emit(
-    array: npt.NDArray[Any],
-    fmt: str,
-    output: pathlib.Path | None,
-    names: tuple[str, ...] = ("encoding",),
-) -> None:
-    """Print or save ``array``; with several ``names``, ``array`` stacks the arrays
-    of those names (RoPE's cos and sin)."""
-    # As many digits as read each value back exactly.
-    digits = {"float64": "%.17g", "float32": "%.9g", "float16": "%.5g", "bfloat16": "%.4g"}[
-        array.dtype.name
-    ]
-    rows = array.reshape(1, -1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
-    if output is None:
-        if fmt == "csv":
-            np.savetxt(sys.stdout, rows, delimiter=",", fmt=digits)
-        elif len(names) > 1:
-            for name, part in zip(names, array, strict=True):
+    args: argparse.Namespace, array: npt.NDArray[Any], names: tuple[str, ...] = ("encoding",)
+) -> int:
+    """Print or save ``array`` as ``--format`` and ``--output`` say, and return the exit
+    status, 0; with several ``names``, ``array`` stacks the arrays of those names (RoPE's
+    cos and sin)."""
+    parts = dict(zip(names, array, strict=True)) if len(names) > 1 else {names[0]: array}
+    if args.output is None and args.format == "text":
+        for name, part in parts.items():
+            if len(parts) > 1:
                 print(f"{name} =")
-                print(np.array2string(part, threshold=sys.maxsize, max_line_width=100))
-        else:
-            print(np.array2string(array, threshold=sys.maxsize, max_line_width=100))
-        return
-    suffix = output.suffix.lower()
+            print(np.array2string(part, threshold=sys.maxsize, max_line_width=100))
+        return 0
+    # Printed csv is written as a .csv file is.
+    suffix = ".csv" if args.output is None else args.output.suffix.lower()
     if suffix in (".npy", ".npz") and array.dtype.name == "bfloat16":
         raise ValueError(
             f"--output: a {suffix} file cannot hold bfloat16 (NumPy saves it as bare 2-byte "
@@ -283,16 +290,42 @@ def _emit(
             "value exactly"
         )
     if suffix == ".npy":
-        np.save(output, array)
+        np.save(args.output, array)
     elif suffix == ".npz":
-        parts = dict(zip(names, array, strict=True)) if len(names) > 1 else {names[0]: array}
-        np.savez(output, **parts)
-    elif suffix == ".csv":
-        np.savetxt(output, rows, delimiter=",", fmt=digits)
-    elif suffix == ".txt":  # whitespace-separated rows: np.loadtxt reads them back
-        np.savetxt(output, rows, fmt=digits)
+        np.savez(args.output, **parts)
+    elif suffix in (".csv", ".txt"):  # .txt: whitespace-separated rows, np.loadtxt reads them
+        # As many digits as read each value back exactly.
+        digits = {"float64": "%.17g", "float32": "%.9g", "float16": "%.5g", "bfloat16": "%.4g"}
+        np.savetxt(
+            sys.stdout if args.output is None else args.output,
+            array.reshape(1, -1) if array.ndim == 1 else array.reshape(-1, array.shape[-1]),
+            delimiter="," if suffix == ".csv" else " ",
+            fmt=digits[array.dtype.name],
+        )
     else:
-        raise ValueError(f"--output must end in .npy, .npz, .csv or .txt, got {output.name!r}")
+        raise ValueError(f"--output must end in .npy, .npz, .csv or .txt, got {args.output.name!r}")
+    return 0
+
+
+def _encoding_table(args: argparse.Namespace) -> npt.NDArray[Any]:
+    return cpe.positional_encoding_table(args.n, args.D, start=args.start, **_keywords(args))
+
+
+def _encode(args: argparse.Namespace) -> int:
+    return _emit(args, cpe.positional_encoding(args.position, args.D, **_keywords(args)))
+
+
+def _table(args: argparse.Namespace) -> int:
+    return _emit(args, _encoding_table(args))
+
+
+def _grid(args: argparse.Namespace) -> int:
+    return _emit(args, cpe.sincos_2d(args.grid_h, args.grid_w, args.D, **_keywords(args)))
+
+
+def _rope(args: argparse.Namespace) -> int:
+    cos_sin = cpe.rope_cos_sin(args.n, args.head_dim, **_keywords(args))
+    return _emit(args, np.stack(cos_sin), ("cos", "sin"))
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -302,7 +335,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise ValueError(f"--size must be WIDTHxHEIGHT in pixels, got {args.size!r}") from None
     if width < 100 or height < 100:
         raise ValueError(f"--size must be at least 100x100, got {args.size!r}")
-    table = cpe.positional_encoding_table(args.n, args.D, start=args.start, **_keywords(args))
+    table = _encoding_table(args)
     for k in args.curves or []:
         if not 0 <= k < args.D:
             raise ValueError(f"--curves: dimension {k} is outside 0..{args.D - 1}")
@@ -365,50 +398,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "encode":
-            _emit(
-                cpe.positional_encoding(args.position, args.D, **_keywords(args)),
-                args.format,
-                args.output,
-            )
-        elif args.command == "table":
-            table = cpe.positional_encoding_table(
-                args.n, args.D, start=args.start, **_keywords(args)
-            )
-            _emit(table, args.format, args.output)
-        elif args.command == "plot":
-            return _plot(args)
-        elif args.command == "grid":
-            grid = cpe.sincos_2d(
-                args.grid_h,
-                args.grid_w,
-                args.D,
-                base=args.base,
-                layout=args.layout,
-                extra_tokens=args.extra_tokens,
-                base_size=args.base_size,
-                interpolation_scale=args.interpolation_scale,
-                freq_shift=args.freq_shift,
-                dtype=args.dtype,
-            )
-            _emit(grid, args.format, args.output)
-        elif args.command == "rope":
-            cos, sin = cpe.rope_cos_sin(
-                args.n,
-                args.head_dim,
-                base=args.base,
-                start=args.start,
-                layout=args.layout,
-                dtype=args.dtype,
-                rope_parameters=args.rope_parameters,
-                max_position_embeddings=args.max_position_embeddings,
-                seq_len=args.seq_len,
-                inv_freq=args.inv_freq,
-                axes_dim=args.axes_dim,
-            )
-            _emit(np.stack([cos, sin]), args.format, args.output, ("cos", "sin"))
+        status: int = args.call(args)
     except BrokenPipeError:
         raise
     except (TypeError, ValueError, OverflowError, MemoryError, OSError, ImportError) as exc:
         parser.exit(2, f"cpe {args.command}: error: {exc}\n")
-    return 0
+    return status
