@@ -216,6 +216,22 @@ static void cpe_rows_init(int max_level) {
 #endif
 }
 
+/* Calls name##_avx512, name##_avx2 or name##_portable with args, whichever
+   cpe_rows_level selects; ret is return in a function with a result, empty in a
+   void one. Without x86 dispatch (MSVC, other CPUs) only the portable copy exists. */
+#if CPE_X86_DISPATCH
+#define CPE_DISPATCH(ret, name, args)   \
+    if (cpe_rows_level == 2) {          \
+        ret name##_avx512 args;         \
+    } else if (cpe_rows_level == 1) {   \
+        ret name##_avx2 args;           \
+    } else {                            \
+        ret name##_portable args;       \
+    }
+#else
+#define CPE_DISPATCH(ret, name, args) ret name##_portable args;
+#endif
+
 /* The fast loop over the whole row; returns 1 when some elements are outside its
    range (the caller then recomputes those, see cpe_fast_element), 0 otherwise. */
 static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const double *w_lo,
@@ -223,40 +239,25 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
     if (!(fabs(p) <= CPE_HUGE)) {
         return 1;
     }
-#if CPE_X86_DISPATCH
-    if (cpe_rows_level == 2) {
-        return cpe_sincos_row_avx512(row, p, w_hi, w_lo, n);
-    }
-    if (cpe_rows_level == 1) {
-        return cpe_sincos_row_avx2(row, p, w_hi, w_lo, n);
-    }
-#endif
-    return cpe_sincos_row_portable(row, p, w_hi, w_lo, n);
+    CPE_DISPATCH(return, cpe_sincos_row, (row, p, w_hi, w_lo, n))
 }
 
-/* One copy per instruction set and a function that calls the one in use.
-   CPE_MULTIVERSION_OWN_AVX512 takes a name##_avx512 written by hand. */
+/* One copy of name##_impl per instruction set and a function, name, that calls
+   the one in use. The SIMD copies (CPE_COPY) exist in CPE_X86_DISPATCH builds
+   only; CPE_MULTIVERSION_OWN_AVX512 takes a name##_avx512 written by hand. */
 #if CPE_X86_DISPATCH
-#define CPE_MULTIVERSION(name, params, args)                                   \
-    CPE_AVX512_TARGET static void name##_avx512 params { name##_impl args; }   \
-    CPE_MULTIVERSION_OWN_AVX512(name, params, args)
-#define CPE_MULTIVERSION_OWN_AVX512(name, params, args)                        \
-    static void name##_portable params { name##_impl args; }                   \
-    CPE_AVX2_TARGET static void name##_avx2 params { name##_impl args; }       \
-    static void name params {                                                  \
-        if (cpe_rows_level == 2) {                                             \
-            name##_avx512 args;                                                \
-        } else if (cpe_rows_level == 1) {                                      \
-            name##_avx2 args;                                                  \
-        } else {                                                               \
-            name##_portable args;                                              \
-        }                                                                      \
-    }
+#define CPE_COPY(target, name, suffix, params, args) \
+    target static void name##suffix params { name##_impl args; }
 #else
-#define CPE_MULTIVERSION(name, params, args) \
-    static void name params { name##_impl args; }
-#define CPE_MULTIVERSION_OWN_AVX512 CPE_MULTIVERSION
+#define CPE_COPY(target, name, suffix, params, args)
 #endif
+#define CPE_MULTIVERSION(name, params, args)                       \
+    CPE_COPY(CPE_AVX512_TARGET, name, _avx512, params, args)       \
+    CPE_MULTIVERSION_OWN_AVX512(name, params, args)
+#define CPE_MULTIVERSION_OWN_AVX512(name, params, args)            \
+    static void name##_portable params { name##_impl args; }       \
+    CPE_COPY(CPE_AVX2_TARGET, name, _avx2, params, args)           \
+    static void name params { CPE_DISPATCH(, name, args) }
 
 /* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
  * Pair rows hold n sines then n cosines. acc = rows[0], then
@@ -321,37 +322,36 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
    (first[j] = sin, second[j] = cos: the sin_cos and cos_sin layouts, and pair
    rows); RoPE's cos (first) and sin (second) tables, each value twice, as
    [v_0 .. v_{n-1}, v_0 .. v_{n-1}] ("half") or [v_0, v_0, v_1, v_1, ...]
-   (n_pairs = n_freq = n). */
-#define CPE_CHAIN_PARAMS(T) \
-    (T *first, T *second, const double *const *rows, int count, Py_ssize_t n_pairs, \
-     Py_ssize_t n_freq)
-#define CPE_CHAIN_ARGS (first, second, rows, count, n_pairs, n_freq)
-#define CPE_CHAIN_STORE(T, name, STORE)                                                 \
-    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl(                               \
-            T *CPE_RESTRICT first, T *CPE_RESTRICT second, const double *const *rows,   \
-            int count, Py_ssize_t n_pairs, Py_ssize_t n_freq) {                         \
-        CPE_CHAIN_SWITCH(STORE)                                                         \
-    }
-/* RoPE's stores multiply every value by the attention factor (amplitude) in
-   double before the one rounding to T: 1 leaves the bits of the product. */
-#define CPE_ROPE_PARAMS(T) \
-    (T *first, T *second, const double *const *rows, int count, Py_ssize_t n_pairs, \
-     Py_ssize_t n_freq, double amplitude)
-#define CPE_ROPE_ARGS (first, second, rows, count, n_pairs, n_freq, amplitude)
-#define CPE_ROPE_STORE(T, name, STORE)                                                  \
-    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl(                               \
-            T *CPE_RESTRICT first, T *CPE_RESTRICT second, const double *const *rows,   \
-            int count, Py_ssize_t n_pairs, Py_ssize_t n_freq, double amplitude) {       \
+   (n_pairs = n_freq = n). The two arrays never overlap: R is CPE_RESTRICT in the
+   inlined bodies (_impl), whose loops then vectorize without run-time overlap
+   checks, and empty in the functions that call them.
+   RoPE's stores multiply every value by the attention factor (amplitude) in
+   double before the one rounding to T: 1 leaves the bits of the product. Their
+   functions take it as one more parameter: kind ROPE, where the others are
+   kind PLAIN. */
+#define CPE_CHAIN_EXTRA_PARAMS_PLAIN
+#define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude
+#define CPE_CHAIN_EXTRA_ARGS_PLAIN
+#define CPE_CHAIN_EXTRA_ARGS_ROPE , amplitude
+#define CPE_CHAIN_PARAMS(T, kind, R)                                                    \
+    (T *R first, T *R second, const double *const *rows, int count, Py_ssize_t n_pairs, \
+     Py_ssize_t n_freq CPE_CHAIN_EXTRA_PARAMS_##kind)
+#define CPE_CHAIN_ARGS(kind) \
+    (first, second, rows, count, n_pairs, n_freq CPE_CHAIN_EXTRA_ARGS_##kind)
+#define CPE_CHAIN_STORE(T, kind, name, STORE)                                           \
+    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl                                \
+    CPE_CHAIN_PARAMS(T, kind, CPE_RESTRICT) {                                           \
         CPE_CHAIN_SWITCH(STORE)                                                         \
     }
 #define CPE_CHAIN_STORES(T)                                                             \
-    CPE_CHAIN_STORE(T, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c))     \
-    CPE_CHAIN_STORE(T, blocked, (first[j] = (T)s, second[j] = (T)c))                    \
-    CPE_ROPE_STORE(T, rope_half, (first[j] = first[n_freq + j] = (T)(amplitude * c),    \
-                                  second[j] = second[n_freq + j] = (T)(amplitude * s))) \
-    CPE_ROPE_STORE(T, rope_interleaved,                                                 \
-                   (first[2 * j] = first[2 * j + 1] = (T)(amplitude * c),               \
-                    second[2 * j] = second[2 * j + 1] = (T)(amplitude * s)))
+    CPE_CHAIN_STORE(T, PLAIN, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c)) \
+    CPE_CHAIN_STORE(T, PLAIN, blocked, (first[j] = (T)s, second[j] = (T)c))             \
+    CPE_CHAIN_STORE(T, ROPE, rope_half,                                                 \
+                    (first[j] = first[n_freq + j] = (T)(amplitude * c),                 \
+                     second[j] = second[n_freq + j] = (T)(amplitude * s)))              \
+    CPE_CHAIN_STORE(T, ROPE, rope_interleaved,                                          \
+                    (first[2 * j] = first[2 * j + 1] = (T)(amplitude * c),              \
+                     second[2 * j] = second[2 * j + 1] = (T)(amplitude * s)))
 CPE_CHAIN_STORES(double)
 CPE_CHAIN_STORES(float)
 
@@ -360,7 +360,7 @@ CPE_CHAIN_STORES(float)
 /* Interleaved float rows of two factors (the tables' rows): cpe_chain_step
    eight pairs at a time, rounded to float and interleaved by one vpermt2ps,
    which GCC's vectorization of the loop above does not find. */
-CPE_AVX512_TARGET static void cpe_chain_interleaved_float_avx512 CPE_CHAIN_PARAMS(float) {
+CPE_AVX512_TARGET static void cpe_chain_interleaved_float_avx512 CPE_CHAIN_PARAMS(float, PLAIN, ) {
     const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
                                             4, 20, 5, 21, 6, 22, 7, 23);
     Py_ssize_t j = 0;
@@ -379,14 +379,16 @@ CPE_AVX512_TARGET static void cpe_chain_interleaved_float_avx512 CPE_CHAIN_PARAM
 }
 #endif
 
-CPE_MULTIVERSION(cpe_chain_interleaved_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION_OWN_AVX512(cpe_chain_interleaved_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_blocked_double, CPE_CHAIN_PARAMS(double), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_blocked_float, CPE_CHAIN_PARAMS(float), CPE_CHAIN_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_half_double, CPE_ROPE_PARAMS(double), CPE_ROPE_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_half_float, CPE_ROPE_PARAMS(float), CPE_ROPE_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_interleaved_double, CPE_ROPE_PARAMS(double), CPE_ROPE_ARGS)
-CPE_MULTIVERSION(cpe_chain_rope_interleaved_float, CPE_ROPE_PARAMS(float), CPE_ROPE_ARGS)
+#define CPE_CHAIN_MULTIVERSION(MULTIVERSION, T, kind, name) \
+    MULTIVERSION(cpe_chain_##name##_##T, CPE_CHAIN_PARAMS(T, kind, ), CPE_CHAIN_ARGS(kind))
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, double, PLAIN, interleaved)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION_OWN_AVX512, float, PLAIN, interleaved)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, double, PLAIN, blocked)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, float, PLAIN, blocked)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, double, ROPE, rope_half)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, float, ROPE, rope_half)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, double, ROPE, rope_interleaved)
+CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, float, ROPE, rope_interleaved)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
@@ -415,7 +417,8 @@ static void cpe_stream_fence(void) { _mm_sfence(); }
         _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k))); \
     if (k < n) memcpy(dst + k, src + k, n - k);
 
-static void cpe_stream_bytes_sse2(char *dst, const char *src, size_t n) {
+/* SSE2 (every x86-64 CPU): the portable copy. */
+static void cpe_stream_bytes_portable(char *dst, const char *src, size_t n) {
     CPE_STREAM_BYTES_BODY(
         for (int q = 0; q < 64; q += 16) _mm_stream_si128(
             (__m128i *)(dst + k + q), _mm_loadu_si128((const __m128i *)(src + k + q))))
@@ -433,17 +436,7 @@ CPE_AVX512_TARGET static void cpe_stream_bytes_avx512(char *dst, const char *src
 }
 #endif
 static void cpe_stream_bytes(char *dst, const char *src, size_t n) {
-#if CPE_X86_DISPATCH
-    if (cpe_rows_level == 2) {
-        cpe_stream_bytes_avx512(dst, src, n);
-        return;
-    }
-    if (cpe_rows_level == 1) {
-        cpe_stream_bytes_avx2(dst, src, n);
-        return;
-    }
-#endif
-    cpe_stream_bytes_sse2(dst, src, n);
+    CPE_DISPATCH(, cpe_stream_bytes, (dst, src, n))
 }
 #else
 #define CPE_HAVE_STREAM 0
