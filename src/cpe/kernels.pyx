@@ -862,27 +862,11 @@ cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, d
     return CPE_OK
 
 
-cdef int _fill_f64(double* out, double* sin_out, const double* positions, double start,
-                   Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, double w_max, int layout, double amplitude,
-                   cpe_levels* levels, cpe_gate* gate) noexcept nogil:
-    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 amplitude, levels, gate)
-
-
-cdef int _fill_f32(float* out, float* sin_out, const double* positions, double start,
-                   Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
-                   Py_ssize_t n_freq, double w_max, int layout, double amplitude,
-                   cpe_levels* levels, cpe_gate* gate) noexcept nogil:
-    return _fill(out, sin_out, positions, start, n, width, w_hi, w_lo, n_freq, w_max, layout,
-                 amplitude, levels, gate)
-
-
 # The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
 # of the C API, which is the functions below.
 cdef cpe_fill_api _FILL_API
-_FILL_API.fill_f64 = _fill_f64
-_FILL_API.fill_f32 = _fill_f32
+_FILL_API.fill_f64 = _fill[double]
+_FILL_API.fill_f32 = _fill[float]
 _fill_api = PyCapsule_New(&_FILL_API, CPE_FILL_CAPSULE, NULL)
 
 
