@@ -699,6 +699,17 @@ cdef int _fill(floating* out, floating* sin_out, const double* positions, double
     return status
 
 
+cdef inline int _fill_end(int status, row_sink* sink, double* owned, double* own_rows,
+                          char* own_state) noexcept nogil:
+    """Every exit of the fill loop once it has allocated: the sink's buffer
+    (fenced, see _sink_free), then the loop's scratch and table; returns status."""
+    _sink_free(sink)
+    free(owned)
+    free(own_rows)
+    free(own_state)
+    return status
+
+
 cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, double start,
                     Py_ssize_t n, Py_ssize_t width, const double* w_hi, const double* w_lo,
                     Py_ssize_t n_freq, double w_max, int layout, double amplitude,
@@ -755,29 +766,24 @@ cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, d
     cdef double* owned = <double*>malloc(sizeof(double) * (scratch_rows * row_doubles + 8))
     # Without the caller's levels, a table of their own when the request has rows
     # enough to reuse them (else, or if there is no memory for one, every level row
-    # is made where it is needed: the same bits).
+    # is made where it is needed: the same bits). The table is used only when both
+    # of its parts were allocated (own.rows stays NULL otherwise); _fill_end frees
+    # whichever were.
     cdef double* own_rows = NULL
     if levels == NULL and n >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
             n_levels * radix):
         own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
         own.state = <char*>calloc(n_levels * radix, 1)
-        if own_rows == NULL or own.state == NULL:
-            free(own_rows)
-            free(own.state)
-            own_rows = NULL
-            own.state = NULL
-        else:
+        if own_rows != NULL and own.state != NULL:
             own.rows = _line_start(own_rows)
     if levels == NULL:
         levels = &own
     cdef row_sink sink
+    sink.owned = NULL  # (what _fill_end frees when _sink_init is not reached)
     if owned == NULL or _sink_init(&sink, out, sin_out if rope else NULL, n, width,
                                    sizeof(floating), not rope and c.sin_step == 2
                                    and 2 * n_freq == width) != CPE_OK:
-        free(owned)
-        free(own_rows)
-        free(own.state)
-        return CPE_ERR_NOMEM
+        return _fill_end(CPE_ERR_NOMEM, &sink, owned, own_rows, own.state)
     cdef double* identity = _line_start(owned)
     cdef double* high_row = identity + row_doubles
     cdef double* single = high_row + row_doubles
@@ -787,11 +793,7 @@ cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, d
         identity[j] = 0.0
         identity[n_freq + j] = 1.0
     if not cpe_gate_pass(gate):  # everything is checked and allocated: the first write next
-        _sink_free(&sink)
-        free(owned)
-        free(own_rows)
-        free(own.state)
-        return CPE_CANCELLED
+        return _fill_end(CPE_CANCELLED, &sink, owned, own_rows, own.state)
 
     cdef long long prefix[8]
     cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
@@ -855,11 +857,7 @@ cdef int _fill_loop(floating* out, floating* sin_out, const double* positions, d
         else:
             _store_product(row, a, b, &c, width)
         _sink_row_done(&sink, out, sin_out if rope else NULL, i, n - 1, width)
-    _sink_free(&sink)
-    free(owned)
-    free(own_rows)
-    free(own.state)
-    return CPE_OK
+    return _fill_end(CPE_OK, &sink, owned, own_rows, own.state)
 
 
 # The fill loop with the caller's levels, for cpe._core (see cpe_fill.h): not part
