@@ -389,3 +389,16 @@ def test_importing_and_using_cpe_never_imports_torch():
         "cpe.rope_cos_sin(4, 8); cpe.sincos_2d(2, 2, 8); assert 'torch' not in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ---- found while the validators were merged ----
+
+
+@pytest.mark.parametrize(
+    "rope_parameters", [None, {"rope_type": "linear", "factor": 2.0}], ids=["default", "linear"]
+)
+def test_frequencies_too_many_to_allocate_are_refused_by_name(rope_parameters):
+    # Refused where the frequencies are made, by the argument's name, with or
+    # without a scaling scheme (NumPy's own refusal names no argument).
+    with pytest.raises(ValueError, match=r"^head_dim: its 2305843009213693952 frequencies"):
+        cpe.rope_frequencies(2**62, rope_parameters=rope_parameters)

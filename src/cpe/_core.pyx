@@ -915,9 +915,13 @@ cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, double base, doub
         return <_Encoding>_encodings.add(key, enc, cost)
 
 
-cpdef object paper_frequencies(Py_ssize_t width, double base):
+cpdef object paper_frequencies(Py_ssize_t width, double base, str name):
     """The frequencies ``base ** (-2j / width)``, ``j < (width + 1) // 2``, as the
-    read-only (2, n) array of double-doubles of their encoding: hi and lo rows."""
+    read-only (2, n) array of double-doubles of their encoding: hi and lo rows;
+    ``name``: the argument that sets ``width``, for the error of an impossible size."""
+    cdef Py_ssize_t n_freq = (width + 1) // 2
+    if n_freq > PY_SSIZE_T_MAX // 16:
+        raise ValueError(f"{name}: its {n_freq} frequencies are too large to allocate")
     return _encoding(width, base, 1.0, None, None, None, True, NULL).frequencies
 
 

@@ -96,7 +96,9 @@ class Scheme:
     def double_doubles(self) -> npt.NDArray[np.float64]:
         """(2, width // 2) double-doubles, the paper's included."""
         w = self.frequencies()
-        return paper_frequencies(self.width, as_positive(self.base, "base")) if w is None else w
+        if w is None:
+            return paper_frequencies(self.width, as_positive(self.base, "base"), "head_dim")
+        return w
 
     def inv_freq(self) -> npt.NDArray[np.float64]:
         """The frequencies rounded to float64 (a new array)."""
@@ -413,14 +415,7 @@ def _frequencies(
 
 
 def _paper(dim: int, theta: float) -> DD:
-    try:
-        w = paper_frequencies(dim, theta)
-    except ValueError as error:
-        if "too big" not in str(error):  # NumPy's refusal of the allocation
-            raise
-        raise ValueError(
-            f"head_dim: its {dim // 2} frequencies are too large to allocate"
-        ) from None
+    w = paper_frequencies(dim, theta, "head_dim")
     return w[0].copy(), w[1].copy()
 
 
