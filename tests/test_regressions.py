@@ -391,7 +391,7 @@ def test_importing_and_using_cpe_never_imports_torch():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-# ---- found while the validators were merged ----
+# ---- sizes and arguments refused by name, on every path ----
 
 
 @pytest.mark.parametrize(
@@ -402,3 +402,14 @@ def test_frequencies_too_many_to_allocate_are_refused_by_name(rope_parameters):
     # without a scaling scheme (NumPy's own refusal names no argument).
     with pytest.raises(ValueError, match=r"^head_dim: its 2305843009213693952 frequencies"):
         cpe.rope_frequencies(2**62, rope_parameters=rope_parameters)
+
+
+@pytest.mark.parametrize("n", [4, np.int64(4), np.array(4)], ids=["int", "int64", "0-d"])
+@pytest.mark.parametrize(
+    "rope_parameters", [None, {"rope_type": "default", "mrope_section": [1, 1, 2]}],
+    ids=["plain", "mrope"],
+)  # fmt: skip
+def test_a_count_of_rows_with_start_none_is_refused(n, rope_parameters):
+    # A count is a table of rows from start: start=None is not "no start".
+    with pytest.raises(TypeError, match="^start must be an integer, got NoneType"):
+        cpe.rope_cos_sin(n, 8, start=None, rope_parameters=rope_parameters)

@@ -12,14 +12,15 @@ import os
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import numpy as np
 import numpy.typing as npt
 
 import cpe
 from cpe._argparse import OneLineErrorParser
-from cpe._conventions import CONVENTIONS
+from cpe._conventions import CONVENTIONS, LAYOUTS
+from cpe._typing import GridLayout, RopeLayout
 
 PLOT_HINT = "cpe plot needs matplotlib: pip install matplotlib"
 
@@ -82,11 +83,16 @@ def _integers(text: str) -> list[int]:
     return _split(text, int, "comma-separated integers")
 
 
-def _dests(group: argparse._ArgumentGroup) -> list[str]:
-    """The names under which ``group``'s options are parsed. The options of a
-    command's "encoding" group are, by these names, the keywords of its library
-    call (see ``_keywords``)."""
-    return [action.dest for action in group._group_actions]
+class _Keywords:
+    """A command's "encoding" group of options, each of which is, by the name it is
+    parsed under, a keyword of the command's library call (see ``_keywords``)."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.group = parser.add_argument_group("encoding")
+        self.names: list[str] = []
+
+    def add_argument(self, *flags: str, **options: Any) -> None:
+        self.names.append(self.group.add_argument(*flags, **options).dest)
 
 
 def _dtype_option(group: Any) -> None:
@@ -109,18 +115,16 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _encoding_options(parser: argparse.ArgumentParser) -> list[str]:
     """Adds the options of ``positional_encoding``; returns their names."""
-    group = parser.add_argument_group("encoding")
+    group = _Keywords(parser)
     group.add_argument(
         "--base", type=float, default=10000.0, help="base of the frequencies (default 10000)"
     )
     _dtype_option(group)
-    group.add_argument(
-        "--layout", choices=["interleaved", "sin_cos", "cos_sin"], help="column layout"
-    )
+    group.add_argument("--layout", choices=list(LAYOUTS), help="column layout")
     group.add_argument("--freq-shift", type=float, help="half-width frequencies with this shift")
     group.add_argument("--scale", type=float, default=1.0, help="multiplies every angle")
     group.add_argument("--convention", choices=sorted(CONVENTIONS), help="a named preset")
-    return _dests(group)
+    return group.names
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
@@ -200,10 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("grid_h", metavar="H", type=int, help="number of rows of tokens")
     grid.add_argument("grid_w", metavar="W", type=int, help="number of columns of tokens")
     grid.add_argument("D", type=int, help="width of the encoding, a multiple of 4")
-    options = grid.add_argument_group("encoding")
+    options = _Keywords(grid)
     options.add_argument("--base", type=float, default=10000.0, help="base of the frequencies")
     options.add_argument(
-        "--layout", default="mae", choices=["mae", "timm", "timm_interleaved"], help="channels"
+        "--layout", default="mae", choices=get_args(GridLayout), help="channels"
     )
     options.add_argument("--extra-tokens", type=int, default=0, help="leading rows of zeros")
     options.add_argument("--base-size", type=float, help="diffusers' base_size")
@@ -214,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--freq-shift", type=float, default=0.0, help="1 for vit-pytorch's frequencies"
     )
     _dtype_option(options)
-    grid.set_defaults(call=_grid, keywords=_dests(options))
+    grid.set_defaults(call=_grid, keywords=options.names)
     _output_options(grid)
 
     rope = commands.add_parser(
@@ -231,10 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of positions, comma-separated positions, or a .npy file of position ids",
     )
     rope.add_argument("head_dim", metavar="HEAD_DIM", type=int, help="width of each table")
-    options = rope.add_argument_group("encoding")
+    options = _Keywords(rope)
     _start_option(options)
     options.add_argument("--base", type=float, default=10000.0, help="theta (default 10000)")
-    options.add_argument("--layout", default="half", choices=["half", "interleaved"])
+    options.add_argument("--layout", default="half", choices=get_args(RopeLayout))
     _dtype_option(options)
     options.add_argument(
         "--rope-parameters",
@@ -252,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_argument(
         "--axes-dim", type=_integers, help="axial RoPE: the width of each axis, e.g. 16,56,56"
     )
-    rope.set_defaults(call=_rope, keywords=_dests(options))
+    rope.set_defaults(call=_rope, keywords=options.names)
     _output_options(rope)
 
     # Listed here for `cpe --help`; main() hands `cpe bench ...` to the benchmark's

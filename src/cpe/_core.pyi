@@ -128,6 +128,7 @@ def paper_frequencies(width: int, base: float, name: str) -> npt.NDArray[np.floa
 def rope_tables(
     n: object,
     head_dim: int,
+    counted: bool,
     start: object,
     base: object,
     given: Callable[[], npt.NDArray[np.float64] | None],
@@ -136,4 +137,4 @@ def rope_tables(
     out: tuple[object, object] | None,
     amplitude: float,
     workers: int,
-) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
+) -> tuple[Any, Any]: ...

@@ -1517,12 +1517,13 @@ cpdef tuple new_tables(tuple shape, dt, str sizes):
     return both[:count].reshape(shape), both[stride:stride + count].reshape(shape)
 
 
-def rope_tables(n, Py_ssize_t head_dim, start, base, given, dt, bint interleaved, out,
-                double amplitude, Py_ssize_t workers):
-    """RoPE's ``cos`` and ``sin`` tables, their values times ``amplitude``: of the
-    positions ``start, start + 1, ..., start + n - 1`` when ``start`` is given (the
-    arguments checked as positional_encoding_table checks them: n, out, start, base),
-    else of the positions ``n``, of any shape (base, positions, out). The frequencies
+def rope_tables(n, Py_ssize_t head_dim, bint counted, start, base, given, dt, bint interleaved,
+                out, double amplitude, Py_ssize_t workers):
+    """RoPE's ``cos`` and ``sin`` tables, their values times ``amplitude``: when
+    ``counted``, of the positions ``start, start + 1, ..., start + n - 1`` (n, then
+    out before any size, then start and base as positional_encoding_table checks
+    them), else of the positions ``n``, of any shape (base, positions, out; ``start``
+    is not read). The frequencies
     are those the function ``given`` returns (see _rope_encoding); up to ``workers``
     threads fill large tables (see _fill).
 
@@ -1533,7 +1534,7 @@ def rope_tables(n, Py_ssize_t head_dim, start, base, given, dt, bint interleaved
     """
     cdef double b, first = 0.0
     cdef Py_ssize_t count
-    if start is not None:
+    if counted:
         count = as_count(n, "n", 0)
         shape, sizes, name = (count, head_dim), "n and head_dim", "start and n"
         if out is not None:
@@ -1550,13 +1551,13 @@ def rope_tables(n, Py_ssize_t head_dim, start, base, given, dt, bint interleaved
             cos, sin = rope_outputs(out, shape, dt, sizes)
     # Also with out=: the float64 rows of float16 or bfloat16 tables may not fit.
     if dt is not _FLOAT64 and dt is not _FLOAT32 and _too_large((2,) + shape, dt):
-        raise ValueError(f"{sizes}: the outputs of shape {shape} are too large to allocate")
+        raise ValueError(f"{sizes}: the output of shape {(2,) + shape} is too large to allocate")
     if out is None:
         cos, sin = new_tables(shape, dt, sizes)
     cdef _Encoding enc = _rope_encoding(head_dim, b, given, count != 0)
     cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
     cdef const double* positions = NULL
-    if start is None and count:
+    if not counted and count:
         pos = _positions_float64(arr, name)
         positions = <const double*>_address(pos)
     _encode(cos, dt, positions, first, count, enc, layout, name, workers, sin, amplitude)

@@ -266,7 +266,8 @@ def rope_cos_sin(
     return rope_tables(
         n,
         used.width,
-        start if counted else None,
+        counted,
+        start,
         used.base,
         used.frequencies,
         output_dtype,
@@ -385,7 +386,7 @@ def _multimodal(
         def given() -> npt.NDArray[np.float64]:
             return frequencies()[:, largest]
 
-        rope_tables(positions, 2, None, used.base, given, dtype, False, None, 1.0, 1)
+        rope_tables(positions, 2, False, 0, used.base, given, dtype, False, None, 1.0, 1)
 
     parts: list[Part] = []
     for axis, which in enumerate(sections_of(used) if positions.size else []):
@@ -457,7 +458,7 @@ def _side_by_side(
         check()
     tables = [
         rope_tables(
-            axis, width, None, used.base, given or (lambda: None), dtype, interleaved, None,
+            axis, width, False, 0, used.base, given or (lambda: None), dtype, interleaved, None,
             used.attention_factor, workers,
         )
         for axis, width, given, _ in parts
