@@ -406,10 +406,11 @@ def test_frequencies_too_many_to_allocate_are_refused_by_name(rope_parameters):
 
 @pytest.mark.parametrize("n", [4, np.int64(4), np.array(4)], ids=["int", "int64", "0-d"])
 @pytest.mark.parametrize(
-    "rope_parameters", [None, {"rope_type": "default", "mrope_section": [1, 1, 2]}],
+    "rope_parameters",
+    [None, {"rope_type": "default", "mrope_section": [1, 1, 2]}],
     ids=["plain", "mrope"],
-)  # fmt: skip
+)
 def test_a_count_of_rows_with_start_none_is_refused(n, rope_parameters):
     # A count is a table of rows from start: start=None is not "no start".
-    with pytest.raises(TypeError, match="^start must be an integer, got NoneType"):
+    with pytest.raises(TypeError, match=r"^start must be an integer, got NoneType"):
         cpe.rope_cos_sin(n, 8, start=None, rope_parameters=rope_parameters)

@@ -206,9 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("D", type=int, help="width of the encoding, a multiple of 4")
     options = _Keywords(grid)
     options.add_argument("--base", type=float, default=10000.0, help="base of the frequencies")
-    options.add_argument(
-        "--layout", default="mae", choices=get_args(GridLayout), help="channels"
-    )
+    options.add_argument("--layout", default="mae", choices=get_args(GridLayout), help="channels")
     options.add_argument("--extra-tokens", type=int, default=0, help="leading rows of zeros")
     options.add_argument("--base-size", type=float, help="diffusers' base_size")
     options.add_argument(
