@@ -112,14 +112,19 @@ cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
     return _count_checked(value, name, minimum)
 
 
-cdef Py_ssize_t _count_checked(value, str name, Py_ssize_t minimum) except -1:
-    """as_count beyond its first branch: any integer, and the errors."""
+cpdef object as_integer(value, str name):
+    """``value`` as a Python int (any size), or the TypeError naming it."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool")
     try:
-        count = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+
+
+cdef Py_ssize_t _count_checked(value, str name, Py_ssize_t minimum) except -1:
+    """as_count beyond its first branch: any integer, and the errors."""
+    count = as_integer(value, name)
     if count < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {count}")
     if count > sys.maxsize:
@@ -1454,20 +1459,10 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
 
 # ---- the checks of the pure-Python modules built on these functions ----
 
-cpdef object as_start(start):
-    """``start`` as a Python int (any size), or a TypeError naming it."""
-    if isinstance(start, (bool, np.bool_)):
-        raise TypeError("start must be an integer, got bool")
-    try:
-        return operator.index(start)
-    except TypeError:
-        raise TypeError(f"start must be an integer, got {type(start).__name__}") from None
-
-
 cpdef object table_start(start, Py_ssize_t rows):
     """``start`` of a table of ``rows`` rows as an int, the first and the last
     positions exact doubles, or the error naming them."""
-    first = start if type(start) is int else as_start(start)
+    first = start if type(start) is int else as_integer(start, "start")
     if abs(first) > _EXACT_LIMIT or abs(first + rows) > _EXACT_LIMIT:
         raise ValueError("start and start + n must be integers of magnitude <= 2**53")
     return first

@@ -15,9 +15,9 @@ from cpe._core import (
     as_choice,
     as_count,
     as_dtype,
+    as_integer,
     as_positions,
     as_sequence,
-    as_start,
     new_tables,
     rope_outputs,
     rope_tables,
@@ -515,7 +515,7 @@ def _length(n: Any, start: Any, counted: bool) -> float | None:
     refused later, with their errors)."""
     try:
         if counted:
-            return float(as_start(start) + operator.index(n))
+            return float(as_integer(start, "start") + operator.index(n))
         positions = as_positions(n, "n")
     except (TypeError, ValueError, OverflowError):
         return None
@@ -536,7 +536,7 @@ def _check_no_offset(start: Any) -> None:
     would give the tables of the wrong positions."""
     if type(start) is int and start == 0:  # the default, at once
         return
-    first = as_start(start)
+    first = as_integer(start, "start")
     if first != 0:
         raise ValueError(
             f"start must be 0 when n gives the positions (an array or a float; add "
