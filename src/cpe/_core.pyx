@@ -1518,9 +1518,8 @@ def rope_tables(n, Py_ssize_t head_dim, bint counted, start, base, given, dt, bi
     ``counted``, of the positions ``start, start + 1, ..., start + n - 1`` (n, then
     out before any size, then start and base as positional_encoding_table checks
     them), else of the positions ``n``, of any shape (base, positions, out; ``start``
-    is not read). The frequencies
-    are those the function ``given`` returns (see _rope_encoding); up to ``workers``
-    threads fill large tables (see _fill).
+    is not read). The frequencies are those the function ``given`` returns (see
+    _rope_encoding); up to ``workers`` threads fill large tables (see _fill).
 
     For cpe._rope, which has checked ``head_dim`` (even, >= 2), ``dt`` (one of
     as_dtype's) and that ``out`` is None or a tuple of two. The caller's arrays are
