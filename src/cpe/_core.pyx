@@ -490,22 +490,30 @@ def _huge_page_bytes():
 cdef Py_ssize_t _HUGE_PAGE = _huge_page_bytes()
 
 
+cdef inline int _native_type(dt, Py_ssize_t* itemsize):
+    """NumPy's type number of a float64, float32 or float16 output dtype, its item
+    size at ``itemsize``; -1 for another (bfloat16), which np.empty makes."""
+    if dt is _FLOAT64:
+        itemsize[0] = 8
+        return cnp.NPY_FLOAT64
+    if dt is _FLOAT32:
+        itemsize[0] = 4
+        return cnp.NPY_FLOAT32
+    if dt is _FLOAT16:
+        itemsize[0] = 2
+        return cnp.NPY_FLOAT16
+    itemsize[0] = dt.itemsize
+    return -1
+
+
 cdef object _new_array(tuple shape, dt):
     """``np.empty(shape, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
     a view of a byte buffer on a huge page boundary unless NumPy's memory is
     mapped already (see above), and on a cache line then. ``shape`` must not be
     _too_large."""
-    cdef int typenum = -1
     cdef Py_ssize_t nbytes, length, huge, k, ndim = len(shape)
     cdef cnp.npy_intp dims[_DIMS_AT_MOST]
-    if dt is _FLOAT64:
-        typenum, nbytes = cnp.NPY_FLOAT64, 8
-    elif dt is _FLOAT32:
-        typenum, nbytes = cnp.NPY_FLOAT32, 4
-    elif dt is _FLOAT16:
-        typenum, nbytes = cnp.NPY_FLOAT16, 2
-    else:
-        nbytes = dt.itemsize
+    cdef int typenum = _native_type(dt, &nbytes)
     if ndim > _DIMS_AT_MOST:
         return np.empty(shape, dtype=dt)  # NumPy's error
     for k in range(ndim):
@@ -555,6 +563,17 @@ cdef bint _has_shape(cnp.ndarray array, tuple shape) except -1:
                 or overflow):
             return False
     return True
+
+
+cdef object _prepare_row(out, Py_ssize_t width, dt):
+    """``prepare_out(out, (width,), dt, "D")``: a single position's output. The
+    common one, new and small, is made as _new_array makes it, without the tuple."""
+    cdef Py_ssize_t itemsize
+    cdef cnp.npy_intp extent = width
+    cdef int typenum = _native_type(dt, &itemsize)
+    if out is None and typenum >= 0 and width < _VIEW_OUTPUT_BYTES // itemsize:
+        return cnp.PyArray_EMPTY(1, &extent, typenum, 0)
+    return prepare_out(out, (width,), dt, "D")
 
 
 cpdef object prepare_out(out, tuple shape, dt, str sizes, str name="out"):
@@ -833,12 +852,13 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
     return 0
 
 
-cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention, layout,
+cdef _Encoding _encoding(object size, double base, double scale, convention, layout,
                          freq_shift, bint needed, int* layout_code):
-    """The checked encoding, and its ``layout_code`` for the fill loop (NULL: the
-    caller has a layout of its own); when it is not ``needed`` (empty output),
-    ``None``. Every layout of the same frequencies shares one encoding, and so
-    its digit levels."""
+    """The checked encoding of width ``size`` (an int), and its ``layout_code`` for
+    the fill loop (NULL: the caller has a layout of its own); when it is not
+    ``needed`` (empty output), ``None``. Every layout of the same frequencies shares
+    one encoding, and so its digit levels."""
+    cdef Py_ssize_t width = size
     cdef int code = CPE_LAYOUT_INTERLEAVED
     cdef Py_ssize_t n_freq = (width + 1) // 2
     cdef double den = width / 2.0
@@ -853,7 +873,7 @@ cdef _Encoding _encoding(Py_ssize_t width, double base, double scale, convention
     # The paper's frequencies are keyed by (width, base, scale) alone, and with
     # the default base and scale by the width alone (a cheaper lookup).
     if paper and base == 10000.0 and scale == 1.0:
-        key = width
+        key = size  # (a caller's D itself is found by identity)
     elif paper:
         key = (width, base, scale)
     else:
@@ -1296,6 +1316,7 @@ cdef bint _scalar_position(position, double* p) except -1:
 def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None, workers=None):
     cdef Py_ssize_t width = as_count(D, "D", 1)
+    size = D if type(D) is int else width  # the encoding's key (no new int for an int D)
     cdef double b = as_positive(base, "base")
     dt = as_dtype(dtype)
     cdef double s = as_real(scale, "scale")
@@ -1305,13 +1326,13 @@ def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None
     cdef int code
     cdef _Encoding enc
     if _scalar_position(position, &p):  # without a detour through an array
-        result = prepare_out(out, (width,), dt, "D")
-        enc = _encoding(width, b, s, convention, layout, freq_shift, True, &code)
+        result = _prepare_row(out, width, dt)
+        enc = _encoding(size, b, s, convention, layout, freq_shift, True, &code)
         _encode(result, dt, &p, 0.0, 1, enc, code, "position")
         return result if out is None else written(out)  # (out= itself, a tensor say)
     arr = as_positions(position, "position")
     result = prepare_out(out, arr.shape + (width,), dt, "position and D")
-    enc = _encoding(width, b, s, convention, layout, freq_shift, arr.size != 0, &code)
+    enc = _encoding(size, b, s, convention, layout, freq_shift, arr.size != 0, &code)
     pos = _positions_float64(arr, "position")
     if workers is None:  # the default of set_workers
         threads = as_workers(None)
@@ -1386,6 +1407,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
                               workers=None):
     cdef Py_ssize_t rows = as_count(n, "n", 0)
     cdef Py_ssize_t width = as_count(D, "D", 1)
+    size = D if type(D) is int else width  # the encoding's key (no new int for an int D)
     first = table_start(start, rows)
     cdef double b = as_positive(base, "base")
     dt = as_dtype(dtype)
@@ -1393,7 +1415,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     cdef Py_ssize_t threads = as_workers(workers)
     result = prepare_out(out, (rows, width), dt, "n and D")
     cdef int code
-    cdef _Encoding enc = _encoding(width, b, s, convention, layout, freq_shift, rows != 0, &code)
+    cdef _Encoding enc = _encoding(size, b, s, convention, layout, freq_shift, rows != 0, &code)
     _encode(result, dt, NULL, float(first), rows, enc, code, "start and n", threads)
     return result if out is None else written(out)
 
