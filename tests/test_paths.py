@@ -241,6 +241,8 @@ def test_large_outputs_are_streamed_only_into_mapped_memory():
 # New outputs of 16 MiB and more (each as a list of its arrays).
 LARGE_NEW_OUTPUTS = {
     "one position": "[cpe.positional_encoding(5, 2**22)]",
+    "one position, 16 MiB": "[cpe.positional_encoding(5, 2**21)]",
+    "one position f16, 16 MiB of float16": "[cpe.positional_encoding(5, 2**23, dtype=np.float16)]",
     "one real position f32": "[cpe.positional_encoding(2.5, 2**23, dtype=np.float32)]",
     "table f64": "[cpe.positional_encoding_table(2048, 1024, start=5)]",
     "table f16": "[cpe.positional_encoding_table(8192, 1024, dtype=np.float16)]",
@@ -317,6 +319,22 @@ def test_large_new_outputs_are_arrays_like_np_empty_s(name):
         assert not np.shares_memory(arrays[0], arrays[1])
     small = cpe.positional_encoding_table(1024, 1024)  # 8 MiB: np.empty's own
     assert small.flags.owndata
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_one_position_just_below_the_view_size_is_np_empty_s_own(dtype):
+    # One position's new output is made without a shape tuple; it must be what
+    # the same position as a 0-d array gets (prepare_out's path), bits included.
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    width = (16 << 20) // np.dtype(dtype).itemsize - 1
+    row = cpe.positional_encoding(5, width, dtype=dtype)
+    same = cpe.positional_encoding(np.array(5), width, dtype=dtype)
+    assert type(row) is np.ndarray and row.shape == same.shape == (width,)
+    assert row.dtype == same.dtype == np.dtype(dtype)
+    assert row.flags.owndata and same.flags.owndata
+    assert row.flags.c_contiguous and row.flags.writeable and row.flags.aligned
+    assert row.tobytes() == same.tobytes()
 
 
 @pytest.mark.skipif(not cpe._core._huge_page_bytes(), reason="no transparent huge pages")

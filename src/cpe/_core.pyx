@@ -490,40 +490,41 @@ def _huge_page_bytes():
 cdef Py_ssize_t _HUGE_PAGE = _huge_page_bytes()
 
 
-cdef inline int _native_type(dt, Py_ssize_t* itemsize):
-    """NumPy's type number of a float64, float32 or float16 output dtype, its item
-    size at ``itemsize``; -1 for another (bfloat16), which np.empty makes."""
-    if dt is _FLOAT64:
-        itemsize[0] = 8
-        return cnp.NPY_FLOAT64
-    if dt is _FLOAT32:
-        itemsize[0] = 4
-        return cnp.NPY_FLOAT32
-    if dt is _FLOAT16:
-        itemsize[0] = 2
-        return cnp.NPY_FLOAT16
-    itemsize[0] = dt.itemsize
-    return -1
-
-
 cdef object _new_array(tuple shape, dt):
-    """``np.empty(shape, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
-    a view of a byte buffer on a huge page boundary unless NumPy's memory is
-    mapped already (see above), and on a cache line then. ``shape`` must not be
-    _too_large."""
-    cdef Py_ssize_t nbytes, length, huge, k, ndim = len(shape)
+    """``np.empty(shape, dt)`` for an output, made by _new_output. ``shape`` must
+    not be _too_large."""
+    cdef Py_ssize_t k, ndim = len(shape)
     cdef cnp.npy_intp dims[_DIMS_AT_MOST]
-    cdef int typenum = _native_type(dt, &nbytes)
     if ndim > _DIMS_AT_MOST:
         return np.empty(shape, dtype=dt)  # NumPy's error
     for k in range(ndim):
         dims[k] = shape[k]
+    return _new_output(<int>ndim, dims, dt)
+
+
+cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
+    """``np.empty(dims, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
+    a view of a byte buffer on a huge page boundary unless NumPy's memory is
+    mapped already (see above), and on a cache line then. ``dims`` must not be
+    _too_large."""
+    cdef int typenum = -1
+    cdef Py_ssize_t nbytes, length, huge, k
+    if dt is _FLOAT64:
+        typenum, nbytes = cnp.NPY_FLOAT64, 8
+    elif dt is _FLOAT32:
+        typenum, nbytes = cnp.NPY_FLOAT32, 4
+    elif dt is _FLOAT16:
+        typenum, nbytes = cnp.NPY_FLOAT16, 2
+    else:
+        nbytes = dt.itemsize
+    for k in range(ndim):
         nbytes *= dims[k]
-    if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
-        if typenum < 0:
-            return np.empty(shape, dtype=dt)
+    if (not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES) and typenum >= 0:
         # np.empty without its Python call and argument parsing
-        return cnp.PyArray_EMPTY(<int>ndim, dims, typenum, 0)
+        return cnp.PyArray_EMPTY(ndim, <cnp.npy_intp*>dims, typenum, 0)
+    shape = tuple([dims[k] for k in range(ndim)])
+    if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
+        return np.empty(shape, dtype=dt)  # (bfloat16)
     # A cache line more than needed: the view starts on one at least (XLA shares
     # only memory so aligned through DLPack, and the streaming stores prefer it).
     if nbytes > PY_SSIZE_T_MAX - 2 * _LINE_BYTES:
@@ -566,13 +567,11 @@ cdef bint _has_shape(cnp.ndarray array, tuple shape) except -1:
 
 
 cdef object _prepare_row(out, Py_ssize_t width, dt):
-    """``prepare_out(out, (width,), dt, "D")``: a single position's output. The
-    common one, new and small, is made as _new_array makes it, without the tuple."""
-    cdef Py_ssize_t itemsize
+    """``prepare_out(out, (width,), dt, "D")``: a single position's output, when new
+    (the common call) made without the shape tuple."""
     cdef cnp.npy_intp extent = width
-    cdef int typenum = _native_type(dt, &itemsize)
-    if out is None and typenum >= 0 and width < _VIEW_OUTPUT_BYTES // itemsize:
-        return cnp.PyArray_EMPTY(1, &extent, typenum, 0)
+    if out is None and width <= PY_SSIZE_T_MAX // 8:  # (never _too_large, whatever dt)
+        return _new_output(1, &extent, dt)
     return prepare_out(out, (width,), dt, "D")
 
 
