@@ -330,10 +330,14 @@ def test_one_position_just_below_the_view_size_is_np_empty_s_own(dtype):
     width = (16 << 20) // np.dtype(dtype).itemsize - 1
     row = cpe.positional_encoding(5, width, dtype=dtype)
     same = cpe.positional_encoding(np.array(5), width, dtype=dtype)
-    assert type(row) is np.ndarray and row.shape == same.shape == (width,)
+    assert type(row) is np.ndarray
+    assert row.shape == same.shape == (width,)
     assert row.dtype == same.dtype == np.dtype(dtype)
-    assert row.flags.owndata and same.flags.owndata
-    assert row.flags.c_contiguous and row.flags.writeable and row.flags.aligned
+    assert row.flags.owndata
+    assert same.flags.owndata
+    assert row.flags.c_contiguous
+    assert row.flags.writeable
+    assert row.flags.aligned
     assert row.tobytes() == same.tobytes()
 
 
