@@ -314,7 +314,7 @@ def test_digit_levels_start_on_a_cache_line():
     for D in widths * 2:  # levels are made by an encoding's second request
         cpe.positional_encoding(np.arange(100), D, base=3000.0 + D)
     levels = _cache_snapshot()["levels"]
-    tables = [levels[(D, 3000.0 + D, 1.0)] for D in widths]
+    tables = [levels[(D, (D + 1) // 2, 3000.0 + D, D / 2, 1.0)] for D in widths]
     assert [table.ctypes.data % 64 for table in tables] == [0] * len(tables)
 
 
@@ -327,7 +327,7 @@ def test_an_encoding_used_once_makes_no_digit_levels_and_the_same_bits():
 
     # A base of this thread's own: the test also runs in several threads at once.
     base = 2345.25 + (threading.get_ident() % 100003) / 1024
-    key = (512, base, 1.0)
+    key = (512, 256, base, 256.0, 1.0)  # (width, n_freq, base, den, scale)
     first = cpe.positional_encoding(4321, 512, base=base)
     assert key not in _cache_snapshot()["levels"]
     second = cpe.positional_encoding(4321, 512, base=base)
@@ -355,9 +355,11 @@ def test_every_layout_of_the_same_frequencies_shares_one_encoding_and_its_levels
     for call in calls * 2:
         call()
     snap = _cache_snapshot()
-    keys = [enc.key for enc in snap["encodings"] if type(enc.key) is tuple and base in enc.key]
-    assert keys == [(512, base, 1.0)]
-    assert (512, base, 1.0) in snap["levels"]
+    found = [
+        (e.width, e.n_freq, e.base, e.den, e.scale) for e in snap["encodings"] if e.base == base
+    ]
+    assert found == [(512, 256, base, 256.0, 1.0)]
+    assert (512, 256, base, 256.0, 1.0) in snap["levels"]
 
 
 DETERMINISM_REQUESTS = [

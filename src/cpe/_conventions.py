@@ -15,14 +15,13 @@ and in both cases the angle is ``scale * p * w_j``. The layout puts
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 LAYOUTS = {"interleaved": 0, "sin_cos": 1, "cos_sin": 2}
 
 
-@dataclass(frozen=True)
-class Convention:
-    """A named preset: its layout and frequency shift."""
+class Convention(NamedTuple):
+    """A named preset: its layout and frequency shift (a tuple, read by index in C)."""
 
     layout: str
     freq_shift: float | None

@@ -16,6 +16,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
@@ -726,6 +727,7 @@ cdef object _getsizeof = sys.getsizeof
 # 0-3 dims without its data.
 cdef Py_ssize_t _FLOAT_BYTES = _getsizeof(1.0), _ENCODING_BYTES, _LEVELS_BYTES
 cdef Py_ssize_t _TUPLE_BYTES = _getsizeof((None,)) - sizeof(void*)
+cdef Py_ssize_t _BYTES_BYTES = _getsizeof(b"")
 cdef Py_ssize_t _SMALL_INT_BYTES = _getsizeof(1)
 cdef long long _SMALL_INT_LIMIT = 2 ** sys.int_info.bits_per_digit
 cdef Py_ssize_t _ARRAY_BYTES[4]
@@ -746,6 +748,8 @@ cdef Py_ssize_t _bytes_of(obj) except -1:
         return _LEVELS_BYTES
     if kind is tuple:
         return _TUPLE_BYTES + len(<tuple>obj) * <Py_ssize_t>sizeof(void*)
+    if kind is bytes:
+        return _BYTES_BYTES + PyBytes_GET_SIZE(obj)
     if kind is int and 0 < PyLong_AsLongLongAndOverflow(obj, &overflow) < _SMALL_INT_LIMIT:
         return _SMALL_INT_BYTES
     if kind is np.ndarray and cnp.PyArray_NDIM(obj) < 4:
@@ -826,8 +830,8 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
             raise ValueError(
                 f"convention={convention!r} sets layout and freq_shift; "
                 "pass either convention or layout/freq_shift, not both")
-        preset = _CONVENTIONS[convention]
-        layout, freq_shift = preset.layout, preset.freq_shift
+        preset = <tuple>_CONVENTIONS[convention]  # (layout, freq_shift)
+        layout, freq_shift = preset[0], preset[1]
         shift = 0.0 if freq_shift is None else freq_shift
     layout_code[0] = (CPE_LAYOUT_INTERLEAVED if layout is None else
                       _LAYOUTS[as_choice(layout, "layout", _LAYOUTS)])
@@ -869,14 +873,17 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
         layout_code[0] = code
     if not needed:
         return None
-    # The paper's frequencies are keyed by (width, base, scale) alone, and with
-    # the default base and scale by the width alone (a cheaper lookup).
+    # The paper's frequencies with the default base and scale are keyed by the
+    # width (a caller's D itself, found by identity); any others by the bytes of
+    # the five numbers that set them (a bytes object keeps its hash, which the
+    # digit levels' lookup then reuses). +0.0 keys -0.0 as 0.0, which == equates.
+    cdef double fields[5]
     if paper and base == 10000.0 and scale == 1.0:
-        key = size  # (a caller's D itself is found by identity)
-    elif paper:
-        key = (width, base, scale)
+        key = size
     else:
-        key = (width, n_freq, base, den, scale)
+        fields[0], fields[1], fields[2] = width, n_freq, base + 0.0
+        fields[3], fields[4] = den + 0.0, scale + 0.0
+        key = PyBytes_FromStringAndSize(<char*>fields, sizeof(fields))
     cached = _encodings.entries.get(key)
     if cached is not None:
         return <_Encoding>cached
@@ -1015,12 +1022,20 @@ cdef _Levels _levels_of(_Encoding enc):
         return <_Levels>_digit_cache.add(enc.key, levels, cost)
 
 
+cdef tuple _parameters(_Encoding enc):
+    """What sets an encoding's frequencies, for _cache_snapshot (the cache's key is
+    not readable)."""
+    return enc.key if type(enc.key) is tuple else (enc.width, enc.n_freq, enc.base, enc.den,
+                                                   enc.scale)
+
+
 def _cache_snapshot():
     """Both caches as seen under their lock, for tests: a dict of
 
     ``encodings`` (the cached ``_Encoding`` objects), ``encoding_costs`` (the
     bytes each is counted for), ``encoding_bytes`` and ``encoding_budget``;
-    ``levels`` (encoding key -> digit-level array), ``level_costs``,
+    ``levels`` (an encoding's ``(width, n_freq, base, den, scale)``, or RoPE's key
+    of given frequencies, -> digit-level array), ``level_costs``,
     ``level_bytes`` and ``level_budget``.
     """
     encodings, encoding_costs, encoding_bytes, encoding_budget = _encodings.snapshot()
@@ -1030,7 +1045,8 @@ def _cache_snapshot():
         "encoding_costs": encoding_costs,
         "encoding_bytes": encoding_bytes,
         "encoding_budget": encoding_budget,
-        "levels": {(<_Levels>value).enc.key: (<_Levels>value).table for value in levels},
+        "levels": {_parameters((<_Levels>value).enc): (<_Levels>value).table
+                   for value in levels},
         "level_costs": level_costs,
         "level_bytes": level_bytes,
         "level_budget": level_budget,
