@@ -336,6 +336,32 @@ def test_an_encoding_used_once_makes_no_digit_levels_and_the_same_bits():
     assert first.tobytes() == second.tobytes() == third.tobytes()
 
 
+@pytest.mark.parametrize("order", [1, -1])
+def test_equal_arguments_share_one_encoding_whichever_comes_first(order):
+    # base=int and base=float, scale=0.0 and scale=-0.0 (== equates them) are one
+    # encoding with one cache entry, holding the same frequencies in either order.
+    import threading
+
+    from cpe._core import _cache_snapshot
+
+    base = 4567 + threading.get_ident() % 100003  # this thread's own, an integer
+    calls = [
+        lambda: cpe.positional_encoding(4321, 64, base=base),
+        lambda: cpe.positional_encoding(4321, 64, base=float(base)),
+        lambda: cpe.positional_encoding(-4321, 64, base=float(base), scale=0.0),
+        lambda: cpe.positional_encoding(-4321, 64, base=base, scale=-0.0),
+    ][::order]
+    values = [call().tobytes() for call in calls * 2]
+    assert values[:4] == values[4:]
+    assert values[0] == values[1] != values[2] == values[3]  # (calls in pairs of equals)
+    found = sorted(
+        (e.scale, bool(np.signbit(e.scale)))
+        for e in _cache_snapshot()["encodings"]
+        if e.base == base and e.width == 64
+    )
+    assert found == [(0.0, False), (1.0, False)]
+
+
 def test_every_layout_of_the_same_frequencies_shares_one_encoding_and_its_levels():
     # The layout is a parameter of the fill loop, not of the encoding: the
     # paper's frequencies in any layout, with freq_shift=0 at an even width, as

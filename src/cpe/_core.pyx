@@ -830,8 +830,7 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
             raise ValueError(
                 f"convention={convention!r} sets layout and freq_shift; "
                 "pass either convention or layout/freq_shift, not both")
-        preset = <tuple>_CONVENTIONS[convention]  # (layout, freq_shift)
-        layout, freq_shift = preset[0], preset[1]
+        layout, freq_shift = _CONVENTIONS[convention]
         shift = 0.0 if freq_shift is None else freq_shift
     layout_code[0] = (CPE_LAYOUT_INTERLEAVED if layout is None else
                       _LAYOUTS[as_choice(layout, "layout", _LAYOUTS)])
@@ -855,6 +854,11 @@ cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code
     return 0
 
 
+cdef struct _FrequencyKey:  # five 8-byte fields: no padding
+    long long width, n_freq
+    double base, den, scale
+
+
 cdef _Encoding _encoding(object size, double base, double scale, convention, layout,
                          freq_shift, bint needed, int* layout_code):
     """The checked encoding of width ``size`` (an int), and its ``layout_code`` for
@@ -875,15 +879,16 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
         return None
     # The paper's frequencies with the default base and scale are keyed by the
     # width (a caller's D itself, found by identity); any others by the bytes of
-    # the five numbers that set them (a bytes object keeps its hash, which the
-    # digit levels' lookup then reuses). +0.0 keys -0.0 as 0.0, which == equates.
-    cdef double fields[5]
+    # the five numbers that set them (the stored key keeps its hash, so the digit
+    # levels' lookup does not hash it again).
+    cdef _FrequencyKey fields
+    scale += 0.0  # -0.0 is 0.0 (which == equates): one encoding, whichever came first
     if paper and base == 10000.0 and scale == 1.0:
         key = size
     else:
-        fields[0], fields[1], fields[2] = width, n_freq, base + 0.0
-        fields[3], fields[4] = den + 0.0, scale + 0.0
-        key = PyBytes_FromStringAndSize(<char*>fields, sizeof(fields))
+        fields.width, fields.n_freq = width, n_freq
+        fields.base, fields.den, fields.scale = base, den, scale
+        key = PyBytes_FromStringAndSize(<char*>&fields, sizeof(fields))
     cached = _encodings.entries.get(key)
     if cached is not None:
         return <_Encoding>cached
