@@ -344,7 +344,8 @@ def test_equal_arguments_share_one_encoding_whichever_comes_first(order):
 
     from cpe._core import _cache_snapshot
 
-    base = 4567 + threading.get_ident() % 100003  # this thread's own, an integer
+    # This thread's and this order's own, an integer
+    base = 4567 + 2 * (threading.get_ident() % 100003) + (order < 0)
     calls = [
         lambda: cpe.positional_encoding(4321, 64, base=base),
         lambda: cpe.positional_encoding(4321, 64, base=float(base)),
