@@ -21,7 +21,7 @@ LAYOUTS = {"interleaved": 0, "sin_cos": 1, "cos_sin": 2}
 
 
 class Convention(NamedTuple):
-    """A named preset: its layout and frequency shift (a tuple, read by index in C)."""
+    """A named preset: its layout and frequency shift (a tuple: _core._resolve unpacks it)."""
 
     layout: str
     freq_shift: float | None

@@ -510,6 +510,7 @@ cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
     _too_large."""
     cdef int typenum = -1
     cdef Py_ssize_t nbytes, length, huge, k
+    cdef bint small
     if dt is _FLOAT64:
         typenum, nbytes = cnp.NPY_FLOAT64, 8
     elif dt is _FLOAT32:
@@ -520,11 +521,12 @@ cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
         nbytes = dt.itemsize
     for k in range(ndim):
         nbytes *= dims[k]
-    if (not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES) and typenum >= 0:
+    small = not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES
+    if small and typenum >= 0:
         # np.empty without its Python call and argument parsing
         return cnp.PyArray_EMPTY(ndim, <cnp.npy_intp*>dims, typenum, 0)
     shape = tuple([dims[k] for k in range(ndim)])
-    if not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES:
+    if small:
         return np.empty(shape, dtype=dt)  # (bfloat16)
     # A cache line more than needed: the view starts on one at least (XLA shares
     # only memory so aligned through DLPack, and the streaming stores prefer it).
