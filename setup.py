@@ -57,14 +57,20 @@ class BuildExt(build_ext):
 
 
 extensions = [
-    # cpe_rows.h: the vectorized sine/cosine row loop (C, header only);
-    # cpe_memory.h: whether memory is mapped yet (both modules); cpe_fill.h: the
-    # digit levels and the fill loop's capsule, which both modules share.
+    # The engine: cpe_rows.h, the vectorized sine/cosine row loop (C, header only);
+    # cpe_memory.h, whether memory is mapped yet; cpe_fill.h, the digit levels.
+    Extension(
+        "cpe._engine",
+        ["src/cpe/_engine.pyx"],
+        include_dirs=["src/cpe"],
+        depends=["src/cpe/cpe_rows.h", "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h"],
+    ),
+    # The C API, over the engine.
     Extension(
         "cpe.kernels",
         ["src/cpe/kernels.pyx"],
         include_dirs=["src/cpe"],
-        depends=["src/cpe/cpe_rows.h", "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h"],
+        depends=["src/cpe/cpe_fill.h"],
     ),
     # _core allocates arrays and reads their data through NumPy's C API.
     Extension(

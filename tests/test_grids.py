@@ -173,9 +173,9 @@ def test_big_grids_float32_and_3d(offset):
     ],
 )
 def test_tile_rows_rejects_segments_outside_the_rows(rows, segments):
-    # The grids' token copies check their segments (cpe.kernels._tile_rows is
+    # The grids' token copies check their segments (cpe._engine._tile_rows is
     # reachable from Python): an error, and nothing written.
-    from cpe.kernels import _tile_rows
+    from cpe._engine import _tile_rows
 
     out = np.full((rows, 32), 7, np.uint8)
     with pytest.raises(ValueError, match=r"rows|segments"):

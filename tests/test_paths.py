@@ -22,7 +22,7 @@ import pytest
 
 import buffers
 import cpe
-import cpe.kernels
+import cpe._engine
 from exact import error
 
 # Each streamed into a mapped buffer, unless its name says otherwise.
@@ -168,7 +168,7 @@ SCRIPT = (
     + """
 import hashlib, sys
 import cpe
-import cpe.kernels
+import cpe._engine
 for expression in sys.argv[1:]:
     array = eval(expression)
     print(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest())
@@ -203,7 +203,7 @@ def subprocess_digests(requests: dict[str, str], switches: tuple[str, ...]) -> l
     no other), then the name of the row loop that subprocess used."""
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     env.update(dict.fromkeys(switches, "1"))
-    script = SCRIPT + "print(cpe.kernels._row_loop())\n"
+    script = SCRIPT + "print(cpe._engine._row_loop())\n"
     return run_python(script, list(requests.values()), env).split()
 
 
@@ -221,7 +221,7 @@ def test_streaming_and_plain_stores_give_the_same_bits():
 
 
 def streams(array: np.ndarray) -> bool:
-    return cpe.kernels._streams(array.reshape(-1).view(np.uint8))
+    return cpe._engine._streams(array.reshape(-1).view(np.uint8))
 
 
 def test_large_outputs_are_streamed_only_into_mapped_memory():
@@ -485,7 +485,7 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
     *portable, portable_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_SIMD",))
     assert portable_loop == "portable"
     assert avx2_loop in ("avx2", "portable")
-    assert widest_loop == cpe.kernels._row_loop()
+    assert widest_loop == cpe._engine._row_loop()
     assert widest == avx2 == portable
     here = [
         hashlib.sha256(np.ascontiguousarray(eval(e, namespace())).tobytes()).hexdigest()

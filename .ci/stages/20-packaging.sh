@@ -129,12 +129,13 @@ problems = []
 generated = re.compile(r"\.(c|cpp|o|obj|so|pyd|html)$")
 for label, files in (("sdist", sdist_files), ("wheel", wheel_files)):
     problems += [f"{label}: generated file {n}" for n in sorted(files) if generated.search(n)
-                 and not re.fullmatch(r"cpe/(_core|kernels)\.[^/]+\.(so|pyd)", n)]
+                 and not re.fullmatch(r"cpe/(_core|_engine|kernels)\.[^/]+\.(so|pyd)", n)]
     problems += [f"{label}: CI file {n}" for n in sorted(files) if n.startswith((".ci/", ".github/"))]
 for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
                  "src/cpe/__init__.py", "src/cpe/_core.pyx", "src/cpe/_core.pyi",
                  "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/cpe_rows.h",
-                 "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h", "src/cpe/_fill.pxd",
+                 "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h", "src/cpe/_engine.pyx",
+                 "src/cpe/_engine.pxd",
                  "src/cpe/py.typed",
                  "tests/reference.py", "src/cpe/_version.py", "tests/conftest.py",
                  "tests/exact.py", "tests/test_abi.py", "tests/test_cimport.py",
@@ -147,7 +148,7 @@ for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/ker
                  "cpe/_version.py"]:
     if required not in wheel_files:
         problems.append(f"wheel: missing {required}")
-for module in ("_core", "kernels"):
+for module in ("_core", "_engine", "kernels"):
     if not any(re.fullmatch(rf"cpe/{module}\.[^/]+\.(so|pyd)", n) for n in wheel_files):
         problems.append(f"wheel: no compiled cpe.{module}")
 stray = sorted(n for n in wheel_files if not n.startswith(("cpe/", "cpe_encodings-")))
@@ -184,12 +185,12 @@ step "FMA instructions only in the sine/cosine row loop"
 if command -v objdump > /dev/null; then
     rm -rf "$work/fma-check" && mkdir -p "$work/fma-check"
     python3 -m zipfile -e "$repaired" "$work/fma-check"
-    fused=$(objdump -d "$work"/fma-check/cpe/kernels.*.so \
+    fused=$(objdump -d "$work"/fma-check/cpe/_engine.*.so \
         | awk '/^[0-9a-f]+ <.*>:$/ {fn = $2} /\tvfn?m(add|sub)/ {print fn}' \
         | sort -u | grep -v '^<cpe_sincos_row_' || true)
     [ -z "$fused" ] || fail "fused multiply-adds outside the row loop: $fused"
     # Through a file: with pipefail, grep -q quitting early fails objdump (SIGPIPE).
-    objdump -t "$work"/fma-check/cpe/kernels.*.so > "$work/fma-check/symbols.txt"
+    objdump -t "$work"/fma-check/cpe/_engine.*.so > "$work/fma-check/symbols.txt"
     grep -q cpe_sincos_row_avx2 "$work/fma-check/symbols.txt" \
         || fail "no symbol table to check (stripped?)"
     echo "only in cpe_sincos_row_*"

@@ -40,24 +40,19 @@ from cpe.kernels cimport (
     CPE_LAYOUT_INTERLEAVED,
     CPE_LAYOUT_SIN_COS,
     CPE_OK,
-    frequencies,
 )
-from cpe._fill cimport (
-    CPE_CANCELLED,
-    CPE_FILL_CAPSULE,
-    CPE_LAYOUT_ROPE_HALF,
-    CPE_LAYOUT_ROPE_INTERLEAVED,
-    cpe_fill_api,
-    cpe_gate,
-    cpe_gate_fail,
+from cpe cimport _engine
+from cpe._engine cimport (
+    STORE_ROPE_HALF,
+    STORE_ROPE_INTERLEAVED,
     cpe_level_shape,
     cpe_levels,
     cpe_state_get,
     cpe_state_set,
+    fill_request,
+    fill_scratch,
 )
-from cpython.pycapsule cimport PyCapsule_GetPointer
-
-from cpe import kernels as _kernels
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
 
 cdef extern from "cpe_memory.h":
     int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
@@ -902,7 +897,7 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
     cdef int status = CPE_OK
     if n_freq:
         with nogil:
-            status = frequencies(hi, hi + stride, n_freq, base, den, scale)
+            status = _engine.frequencies(hi, hi + stride, n_freq, base, den, scale)
         # Monotone in j: a frequency that underflowed to 0 is the last.
         if status != CPE_OK or (hi[n_freq - 1] == 0.0 and scale != 0.0):
             raise ValueError(
@@ -1084,126 +1079,91 @@ cdef int _raise_for(int status, str name) except -1:
 cdef Py_ssize_t _NOGIL_VALUES = 4096
 
 
-cdef cpe_fill_api* _FILL = <cpe_fill_api*>PyCapsule_GetPointer(_kernels._fill_api,
-                                                               CPE_FILL_CAPSULE)
-
-
 cdef Py_ssize_t _PART_BYTES = PART_BYTES
 
 
-cdef struct request:
-    # One call of the fill loop, whose rows first, first + 1, ... _fill_rows fills.
-    char* data
-    char* sin_data
-    const double* positions
-    double start
-    bint single
-    Py_ssize_t row_bytes  # of one table
-    Py_ssize_t width
-    Py_ssize_t n_freq
-    const double* w_hi
-    const double* w_lo
-    double w_max
-    int layout
-    double amplitude
-    cpe_levels* levels
-
-
-cdef int _fill_rows(const request* r, Py_ssize_t first, Py_ssize_t count,
-                    cpe_gate* gate) noexcept nogil:
-    cdef Py_ssize_t at = first * r.row_bytes
-    # (if statements: a conditional expression with NULL is a void*, which drops const)
-    cdef char* sin_data = r.sin_data
-    cdef const double* positions = r.positions
-    if sin_data != NULL:
-        sin_data += at
-    if positions != NULL:
-        positions += first
-    if r.single:
-        return _FILL.fill_f32(<float*>(r.data + at), <float*>sin_data, positions,
-                              r.start + <double>first, count, r.width, r.w_hi, r.w_lo,
-                              r.n_freq, r.w_max, r.layout, r.amplitude, r.levels, gate)
-    return _FILL.fill_f64(<double*>(r.data + at), <double*>sin_data, positions,
-                          r.start + <double>first, count, r.width, r.w_hi, r.w_lo, r.n_freq,
-                          r.w_max, r.layout, r.amplitude, r.levels, gate)
-
-
 cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
-               _Encoding enc, int layout, str name, double amplitude=1.0,
+               _Encoding enc, int store, str name, double amplitude=1.0,
                Py_ssize_t workers=1) except -1:
-    """The fill loop (cpe_fill.h) into ``target`` (float64 or float32): the rows of
+    """The engine's fill loop into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
-    ``sin_data`` for the RoPE layouts, its values times ``amplitude``. ``name``: the
+    ``sin_data`` for RoPE's stores, its values times ``amplitude``. ``name``: the
     argument the positions come from, for the errors. Large outputs are filled by
     up to ``workers`` threads, a range of rows each (see _Parts)."""
     if n == 0 or enc.width == 0:
         return 0
-    cdef bint single = cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32
     cdef _Levels kept = _levels_of(enc)  # alive while the loop reads its rows
     cdef cpe_levels* levels = NULL if kept is None else &kept.c
-    cdef request r = request(
-        data=_address(target), sin_data=sin_data, positions=positions, start=start,
-        single=single, row_bytes=enc.width * (4 if single else 8), width=enc.width,
-        n_freq=enc.n_freq, w_hi=enc.w_hi, w_lo=enc.w_lo, w_max=enc.w_max, layout=layout,
-        amplitude=amplitude, levels=levels)
-    cdef Py_ssize_t parts = 1, total = n * r.row_bytes * (1 if sin_data == NULL else 2)
+    cdef fill_request r = fill_request(
+        out=_address(target), sin_out=sin_data, positions=positions, start=start, n=n,
+        width=enc.width, single=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
+        w_hi=enc.w_hi, w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
+        levels=levels, store=store, amplitude=amplitude)
+    cdef Py_ssize_t parts = 1, row_bytes = enc.width * (4 if r.single else 8)
+    cdef Py_ssize_t total = n * row_bytes * (1 if sin_data == NULL else 2)
     cdef int status
     if workers > 1 and total >= 2 * _PART_BYTES:  # (else one part, without a Python call)
         parts = part_count(workers, n, total)
     if parts > 1:
-        return _raise_for(_Parts(enc, kept).run(&r, n, parts), name)
+        with nogil:
+            status = _engine.fill_check(&r)
+        _raise_for(status, name)
+        return _raise_for(_Parts(enc, kept).run(&r, row_bytes, parts), name)
     if n * enc.width < _NOGIL_VALUES:
-        return _raise_for(_fill_rows(&r, 0, n, NULL), name)
+        return _raise_for(_engine.fill(&r), name)
     with nogil:
-        status = _fill_rows(&r, 0, n, NULL)
+        status = _engine.fill(&r)
     return _raise_for(status, name)
 
 
 @cython.final
 cdef class _Parts:
-    """A request filled as ranges of rows, each by a thread of its own (the calling
-    one among them). The parts meet at a gate once checked and allocated, so that
-    one that fails leaves every part unwritten (see cpe_fill.h); see part_bounds for
-    where the parts start."""
-    cdef request r
-    cdef cpe_gate gate
+    """A checked request filled as ranges of rows, each by a thread of its own (the
+    calling one among them), with scratch memory allocated for every part before
+    any starts: the parts cannot fail (see part_bounds for where they start)."""
+    cdef const fill_request* r
+    cdef fill_scratch* scratch
+    cdef Py_ssize_t parts
     cdef list bounds
-    cdef list status
     cdef object owners  # what the request's pointers point into
 
     def __cinit__(self, *owners):
         self.owners = owners
 
-    cdef int run(self, const request* r, Py_ssize_t n, Py_ssize_t parts) except? -1:
-        self.r = r[0]
-        tables = [<size_t>r.data]
-        if r.sin_data != NULL:
-            tables.append(<size_t>r.sin_data)
-        self.bounds = part_bounds(n, parts, r.row_bytes, tuple(tables))
-        self.status = [CPE_OK] * parts
-        self.gate.parties, self.gate.arrived, self.gate.failed = parts, 0, 0
-        run_parts(self.part, parts, self.cancel)
-        # The error one call would give: the positions' checks first (not finite,
-        # then out of range), then no memory; never a part stopped by another.
-        for status in (CPE_ERR_ARGUMENT, CPE_ERR_RANGE, CPE_ERR_NOMEM):
-            if status in self.status:
-                return status
-        for status in self.status:
-            if status != CPE_OK and status != CPE_CANCELLED:
-                return status
-        return CPE_OK
+    def __dealloc__(self):
+        cdef Py_ssize_t k
+        if self.scratch != NULL:
+            for k in range(self.parts):
+                _engine.scratch_free(&self.scratch[k])
+            PyMem_Free(self.scratch)
 
-    def cancel(self):
-        """Stop the parts at the gate (see run_parts)."""
-        cpe_gate_fail(&self.gate)
+    cdef int run(self, const fill_request* r, Py_ssize_t row_bytes,
+                 Py_ssize_t parts) except? -1:
+        """CPE_OK once every row is filled, or CPE_ERR_NOMEM with nothing written."""
+        cdef Py_ssize_t k
+        cdef int status = CPE_OK
+        self.r = r
+        tables = [<size_t>r.out]
+        if r.sin_out != NULL:
+            tables.append(<size_t>r.sin_out)
+        self.bounds = part_bounds(r.n, parts, row_bytes, tuple(tables))
+        self.scratch = <fill_scratch*>PyMem_Calloc(parts, sizeof(fill_scratch))
+        if self.scratch == NULL:
+            return CPE_ERR_NOMEM
+        self.parts = parts
+        for k in range(parts):
+            status = _engine.scratch_new(r, self.bounds[k], self.bounds[k + 1] - self.bounds[k],
+                                         &self.scratch[k])
+            if status != CPE_OK:
+                return status  # (__dealloc__ frees what was allocated)
+        run_parts(self.part, parts)
+        return CPE_OK
 
     def part(self, Py_ssize_t k):
         """Fill part ``k`` (see run_parts)."""
         cdef Py_ssize_t first = self.bounds[k], stop = self.bounds[k + 1]
-        cdef int status
         with nogil:
-            status = _fill_rows(&self.r, first, stop - first, &self.gate)
-        self.status[k] = status
+            _engine.fill_part(self.r, &self.scratch[k], first, stop - first)
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
@@ -1593,7 +1553,7 @@ def rope_tables(n, Py_ssize_t head_dim, bint counted, start, base, given, dt, bi
     if out is None:
         cos, sin = new_tables(shape, dt, sizes)
     cdef _Encoding enc = _rope_encoding(head_dim, b, given, count != 0)
-    cdef int layout = CPE_LAYOUT_ROPE_INTERLEAVED if interleaved else CPE_LAYOUT_ROPE_HALF
+    cdef int layout = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
     cdef const double* positions = NULL
     if not counted and count:
         pos = _positions_float64(arr, name)

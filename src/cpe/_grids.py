@@ -1,7 +1,7 @@
 """Sinusoidal encodings of 2-D and 3-D grids (images, video), from the 1-D kernels.
 
 Each axis is encoded once with the 1-D functions (a few rows), and the tokens are
-copied from those rows (``kernels._tile_rows``), so the cost is that of writing
+copied from those rows (``_engine._tile_rows``), so the cost is that of writing
 the output. All checks happen before anything is written into ``out``.
 """
 
@@ -27,8 +27,8 @@ from cpe._typing import GridLayout
 
 if TYPE_CHECKING:
     from cpe._typing import DType, Float, Out
+from cpe._engine import _tile_rows
 from cpe._workers import as_workers, part_bounds, part_count, run_parts
-from cpe.kernels import _tile_rows
 
 GRID_LAYOUTS = get_args(GridLayout)
 
@@ -267,7 +267,7 @@ def _tile(
     workers: int,
 ) -> None:
     """Row ``i * len(second) + j`` of ``view`` from rows ``i`` of ``first`` and
-    ``j`` of ``second``; ``segments`` in columns (see ``kernels._tile_rows``). Large
+    ``j`` of ``second``; ``segments`` in columns (see ``_engine._tile_rows``). Large
     views are split by rows of ``first`` among up to ``workers`` threads."""
     size = view.itemsize
     as_bytes = [(source, a * size, b * size, n * size) for source, a, b, n in segments]
@@ -282,7 +282,7 @@ def _tile(
         width = len(columns)
         _tile_rows(out[first_row * width : stop * width], rows[first_row:stop], columns, as_bytes)
 
-    run_parts(part, parts, lambda: None)  # (copies wait for no other part)
+    run_parts(part, parts)
 
 
 @overload

@@ -33,7 +33,7 @@ PART_BYTES = 4 * 1024 * 1024
 def part_count(workers: int, items: int, nbytes: int) -> int:
     """How many parts an output of ``nbytes`` in ``items`` indivisible pieces (rows)
     is split into for ``workers`` threads: 1 unless each part gets PART_BYTES, and
-    never more than the CPUs (the parts wait for each other, spinning)."""
+    never more than the CPUs."""
     return max(1, min(workers, _cpus(), items, nbytes // PART_BYTES))
 
 
@@ -142,64 +142,64 @@ def set_workers(workers: int) -> Iterator[None]:
         _DEFAULT.reset(token)
 
 
-def run_parts(work: Callable[[int], None], count: int, cancel: Callable[[], None]) -> None:
-    """``work(k)`` for every ``k < count``, each on a thread of its own (the calling
-    thread does ``work(0)``). No part starts before every thread has started: if
-    one cannot be started, nothing has been done and the error is raised.
-    ``cancel()`` is called whenever a part may not run (an exception anywhere,
-    KeyboardInterrupt included): the parts that wait for each other (the fill
-    loop's gate) then stop instead of waiting for ever. Returns once every part
-    has returned, as they write into memory the caller owns; the first exception
-    is raised."""
-    if count == 1:  # the calling thread alone: no thread to wait for or to stop
+def run_parts(work: Callable[[int], None], count: int) -> None:
+    """``work(k)`` for every ``k < count``, the parts of one output, which cannot
+    fail: each on a thread of its own where one starts and runs it, the others on
+    the calling thread (which does ``work(0)`` first). Each part is claimed once,
+    by whichever thread comes first, so a thread that cannot be started, or that
+    dies before its part (a tracing hook that raises), costs time, never a part
+    or a wait. Returns once every part is done, as they write into memory the
+    caller owns; an exception that interrupted the caller meanwhile (a
+    KeyboardInterrupt) is raised then, and so is one that ``work`` raised."""
+    if count == 1:  # the calling thread alone: no thread to wait for
         work(0)
         return
-    go = threading.Event()
-    cancelled = False
+    claims = [threading.Lock() for _ in range(count)]
     errors: list[BaseException] = []
 
     def part(k: int) -> None:
-        try:
-            go.wait()
-            if not cancelled:
+        if claims[k].acquire(blocking=False):
+            try:
                 work(k)
-        except BaseException as exc:  # raised by the caller, below
-            errors.append(exc)
-            _surely(cancel)
+            except BaseException as exc:  # raised by the caller, below
+                errors.append(exc)
 
     threads: list[threading.Thread] = []
     try:
         for k in range(1, count):
             thread = threading.Thread(target=part, args=(k,), name=f"cpe-part-{k}", daemon=True)
-            thread.start()
             threads.append(thread)
-        go.set()
-        part(0)
-    except BaseException:
-        cancelled = True
-        _surely(cancel)
-        _surely(go.set)
-        _join(threads)
-        raise
+            thread.start()
+    except Exception:  # no thread to be had: the calling thread does its part below
+        pass
+    except BaseException as exc:  # an interrupt: finish the output, then raise it
+        errors.append(exc)
+    for k in range(count):
+        _surely(part, k)
     _join(threads)
     if errors:
         raise errors[0]
 
 
-def _surely(action: Callable[[], None]) -> None:
-    """``action()``, again if an exception (a KeyboardInterrupt) interrupted it."""
+def _surely(action: Callable[[int], None], k: int) -> None:
+    """``action(k)``, again if an exception (a KeyboardInterrupt) interrupted it
+    before it started; the exception is raised when ``action`` has run."""
+    interrupted: BaseException | None = None
     while True:
         try:
-            action()
-            return
-        except BaseException:  # noqa: PERF203 (it must happen: threads wait for it)
-            continue
+            action(k)
+            break
+        except BaseException as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def _join(threads: list[threading.Thread]) -> None:
+    """Wait for every started thread, even when interrupted; raise the interrupt then."""
     interrupted: BaseException | None = None
     for thread in threads:
-        while True:
+        while thread.ident is not None:  # (a thread whose start failed never runs)
             try:
                 thread.join()
                 break

@@ -1,6 +1,5 @@
-/* What cpe._core shares with cpe.kernels beyond the public C API (kernels.pxd):
- * the digit levels an encoding keeps between calls, and the one fill loop that
- * reads them, reached through the capsule cpe.kernels._fill_api. Private: its
+/* The digit levels an encoding keeps between calls (cpe._core caches them) and
+ * the engine's fill loop reads (_engine.pxd declares this file). Private: its
  * layout may change with any release, as the caches do.
  *
  * An integer position p is written as |p| = H + sum_k d_k R**k (k < n_levels,
@@ -37,10 +36,6 @@ typedef struct {
 
 enum { CPE_ROW_EMPTY = 0, CPE_ROW_BUSY = 1, CPE_ROW_READY = 2 };
 
-/* The RoPE layouts of the fill loop (after the encoding layouts of kernels.pxd):
- * two outputs, cos and sin, each value twice. */
-enum { CPE_LAYOUT_ROPE_HALF = 3, CPE_LAYOUT_ROPE_INTERLEAVED = 4 };
-
 /* The shape of the levels of n_freq frequencies: up to 64 (D <= 128 in the
  * paper's layout) two levels of 256 rows, one product for |p| < 65536; up to
  * 256 (D <= 512) three levels of 128, one product for |p| < 16384 and two for
@@ -58,75 +53,16 @@ static inline void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t *radix, int *sh
     }
 }
 
-/* The parts of one output filled by several threads (workers=) meet here after
- * their checks and allocations, before their first write: each passes once every
- * part has arrived, and none passes once one has failed, so that a failing part
- * (a position out of range, no memory) leaves the whole output unwritten, as one
- * call would. */
-typedef struct {
-    long parties;
-    long arrived;
-    long failed;
-} cpe_gate;
-
-/* A part stopped at the gate because another failed; nothing was written. */
-enum { CPE_CANCELLED = -100 };
-
-/* out[i] (and sin_out[i] for the RoPE layouts) encodes positions[i], or start + i
- * when positions is NULL. w_max: the largest |w_hi[j]| (NaN if one is NaN), which
- * the encoding knows, or negative for the loop to find it. amplitude: a finite
- * factor of RoPE's values (1 for the encodings). levels may be NULL: the loop then
- * makes what it needs. gate: NULL, or the gate of the parts this call is one of
- * (it fails the gate when it fails, and returns CPE_CANCELLED when another did). */
-typedef int (*cpe_fill_f64_t)(double *out, double *sin_out, const double *positions,
-                              double start, Py_ssize_t n, Py_ssize_t width,
-                              const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
-                              double w_max, int layout, double amplitude,
-                              cpe_levels *levels, cpe_gate *gate);
-typedef int (*cpe_fill_f32_t)(float *out, float *sin_out, const double *positions,
-                              double start, Py_ssize_t n, Py_ssize_t width,
-                              const double *w_hi, const double *w_lo, Py_ssize_t n_freq,
-                              double w_max, int layout, double amplitude,
-                              cpe_levels *levels, cpe_gate *gate);
-
-typedef struct {
-    cpe_fill_f64_t fill_f64;
-    cpe_fill_f32_t fill_f32;
-} cpe_fill_api;
-
-#define CPE_FILL_CAPSULE "cpe.kernels._fill_api"
-
 /* Row states, published with release/acquire order: a thread that sees a row
- * ready also sees its values (free-threaded builds, several fills at once); and
- * the gate's counts. */
+ * ready also sees its values (free-threaded builds, several fills at once). */
 #if defined(_MSC_VER)
 #include <intrin.h>
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h> /* SwitchToThread */
-static __inline long cpe_gate_get(long *v) { return _InterlockedOr(v, 0); }
-static __inline void cpe_gate_fail(cpe_gate *g) { _InterlockedExchange(&g->failed, 1); }
-static __inline void cpe_gate_arrive(cpe_gate *g) { _InterlockedIncrement(&g->arrived); }
-static __inline void cpe_gate_yield(void) { SwitchToThread(); }
 static __inline char cpe_state_get(char *s) { return _InterlockedOr8(s, 0); }
 static __inline void cpe_state_set(char *s, char v) { _InterlockedExchange8(s, v); }
 static __inline int cpe_state_claim(char *s) {
     return _InterlockedCompareExchange8(s, CPE_ROW_BUSY, CPE_ROW_EMPTY) == CPE_ROW_EMPTY;
 }
 #else
-#include <sched.h>
-static inline long cpe_gate_get(long *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
-static inline void cpe_gate_fail(cpe_gate *g) {
-    __atomic_store_n(&g->failed, 1, __ATOMIC_RELEASE);
-}
-static inline void cpe_gate_arrive(cpe_gate *g) {
-    __atomic_add_fetch(&g->arrived, 1, __ATOMIC_ACQ_REL);
-}
-static inline void cpe_gate_yield(void) { sched_yield(); }
 static inline char cpe_state_get(char *s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
 static inline void cpe_state_set(char *s, char v) { __atomic_store_n(s, v, __ATOMIC_RELEASE); }
 static inline int cpe_state_claim(char *s) {
@@ -135,23 +71,5 @@ static inline int cpe_state_claim(char *s) {
                                        __ATOMIC_ACQUIRE);
 }
 #endif
-
-/* Arrive, then wait for the others: 1 when every part has arrived, 0 when one
- * failed. A NULL gate (one part) passes at once. */
-static inline int cpe_gate_pass(cpe_gate *g) {
-    if (g == NULL) {
-        return 1;
-    }
-    cpe_gate_arrive(g);
-    for (;;) {
-        if (cpe_gate_get(&g->failed)) {
-            return 0;
-        }
-        if (cpe_gate_get(&g->arrived) >= g->parties) {
-            return 1;
-        }
-        cpe_gate_yield();
-    }
-}
 
 #endif /* CPE_FILL_H */

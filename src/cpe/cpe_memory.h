@@ -3,7 +3,7 @@
  * A page of a new allocation is mapped by its first write: the kernel clears it
  * (which leaves it in the cache) and, for an anonymous mapping NumPy asked huge
  * pages for, maps 2 MiB at once where the mapping covers an aligned 2 MiB.
- * kernels.pyx streams large outputs only into memory already mapped (a streaming
+ * _engine.pyx streams large outputs only into memory already mapped (a streaming
  * store to a freshly cleared line first writes the zeros back to memory: new
  * tables of 32-256 MiB took 4-20% longer streamed); _core.pyx moves a new large
  * output to a huge page boundary when NumPy's memory for it is not mapped yet.

@@ -1,0 +1,80 @@
+# The engine: the frequencies and the one fill loop, shared by cimport with
+# cpe.kernels (the C API, kernels.pxd) and cpe._core (the Python functions).
+# Private: its declarations may change with any release.
+#
+# A request is checked once (fill_check), then filled as one part (fill) or as
+# several ranges of rows, each with scratch memory allocated before any part
+# starts (scratch_new), by fill_part, which cannot fail.
+
+cdef extern from "cpe_fill.h":
+    ctypedef struct cpe_levels:
+        double* rows
+        char* state
+        Py_ssize_t radix
+        int shift
+        int n_levels
+    enum:
+        CPE_ROW_READY
+    void cpe_level_shape(Py_ssize_t n_freq, Py_ssize_t* radix, int* shift,
+                         int* n_levels) noexcept nogil
+    char cpe_state_get(char* s) noexcept nogil
+    void cpe_state_set(char* s, char v) noexcept nogil
+    int cpe_state_claim(char* s) noexcept nogil
+
+# The stores of the fill loop: the encoding layouts (kernels.pxd's
+# CPE_LAYOUT_INTERLEAVED, _SIN_COS, _COS_SIN are 0, 1, 2), then RoPE's two tables,
+# cos and sin, each value twice.
+cdef enum:
+    STORE_ROPE_HALF = 3
+    STORE_ROPE_INTERLEAVED = 4
+
+cdef struct fill_request:
+    # out[i] (and sin_out[i] for RoPE's stores) is the row of positions[i], or of
+    # start + i when positions is NULL; rows of `width` values, float32 when
+    # `single`, else float64.
+    void* out
+    void* sin_out
+    const double* positions
+    double start
+    Py_ssize_t n
+    Py_ssize_t width
+    bint single
+    # the encoding: n_freq frequencies w_hi[j] + w_lo[j]; w_max the largest
+    # |w_hi[j]| (NaN if one is NaN) when known, else negative; levels NULL, or
+    # the digit levels kept for these frequencies (cpe_fill.h)
+    const double* w_hi
+    const double* w_lo
+    Py_ssize_t n_freq
+    double w_max
+    cpe_levels* levels
+    # how a row is stored, and RoPE's factor (1 for the encodings)
+    int store
+    double amplitude
+
+cdef struct row_sink:
+    # Where row i of the output (and of RoPE's sin table) is built: in place
+    # (owned == NULL), or in the next slot of the chunks, streamed once full
+    # (rows must then be built in order, 0, 1, 2, ...).
+    char* owned             # malloc'd, freed by _sink_free
+    char* chunk[2]          # on a cache line: the output's, the sin table's
+    Py_ssize_t rows         # rows a chunk: a whole number of 16-byte units
+    Py_ssize_t slot         # rows in the chunks
+    Py_ssize_t row_bytes
+    bint pieces             # rows streamed piece by piece (see _stream_pieces)
+
+cdef struct fill_scratch:
+    # What one part of a request writes with, besides its rows.
+    double* owned           # the loop's scratch rows (malloc'd)
+    double* own_rows        # a level table of its own, when it has no levels
+    cpe_levels own
+    row_sink sink
+
+cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
+                     double base, double exponent_den, double scale) noexcept nogil
+cdef int fill_check(const fill_request* r) noexcept nogil
+cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
+                     fill_scratch* s) noexcept nogil
+cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
+                    Py_ssize_t count) noexcept nogil
+cdef void scratch_free(fill_scratch* s) noexcept nogil
+cdef int fill(const fill_request* r) noexcept nogil

@@ -1,0 +1,911 @@
+"""The engine of cpe: accurate sinusoid rows written straight into caller buffers.
+
+Every request of the C API (``kernels.pxd``) and of the Python functions
+(``_core``) is filled here; ``_engine.pxd`` declares what they share, README.md
+the definition. Two ideas carry
+the accuracy:
+
+* the frequencies ``w_j`` are double-doubles (about 106 bits), so the angle
+  ``p * w_j`` is formed exactly as ``th + tl``, and a row of sines and cosines
+  of such angles is computed by the vectorized loop of ``cpe_rows.h`` (libm's
+  ``sin``/``cos`` with ``sin(th + tl) = sin(th) + tl * cos(th)`` beyond its range);
+* every integer position uses the angle-addition identity: its row is the
+  complex product of a few "digit" rows ``(sin, cos)(d R**k w)``, each computed
+  as above, in an order fixed by the position alone (see cpe_fill.h and "the one
+  fill loop" below), so only a handful of rows need that loop, every value stays
+  within a few ulp, and a position has the same bits in every request.
+"""
+from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, isfinite
+from libc.stdlib cimport calloc, malloc, free, getenv
+from libc.string cimport memcpy
+from libc.stdint cimport uintptr_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cython cimport floating
+
+from cpe.kernels cimport (
+    CPE_ANGLE_LIMIT,
+    CPE_ERR_ARGUMENT,
+    CPE_ERR_NOMEM,
+    CPE_ERR_RANGE,
+    CPE_LAYOUT_COS_SIN,
+    CPE_LAYOUT_INTERLEAVED,
+    CPE_LAYOUT_SIN_COS,
+    CPE_OK,
+)
+
+cdef extern from "cpe_memory.h":
+    int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
+
+cdef extern from "cpe_rows.h":
+    bint CPE_HAVE_STREAM
+    void cpe_stream_fence() noexcept nogil
+    void cpe_stream_bytes(char* dst, const char* src, size_t n) noexcept nogil
+    int cpe_rows_level
+    void cpe_rows_init(int max_level) noexcept nogil
+    int cpe_fast_element(double p, double w) noexcept nogil
+    int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
+                            Py_ssize_t n) noexcept nogil
+    double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
+                          Py_ssize_t n) noexcept nogil
+    # (first, second, rows, count, n_pairs, n_freq): see cpe_rows.h
+    void cpe_chain_interleaved_double(double*, double*, const double* const*, int,
+                                      Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_interleaved_float(float*, float*, const double* const*, int,
+                                     Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_blocked_double(double*, double*, const double* const*, int,
+                                  Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_blocked_float(float*, float*, const double* const*, int,
+                                 Py_ssize_t, Py_ssize_t) noexcept nogil
+    void cpe_chain_rope_half_double(double*, double*, const double* const*, int,
+                                    Py_ssize_t, Py_ssize_t, double) noexcept nogil
+    void cpe_chain_rope_half_float(float*, float*, const double* const*, int,
+                                   Py_ssize_t, Py_ssize_t, double) noexcept nogil
+    void cpe_chain_rope_interleaved_double(double*, double*, const double* const*, int,
+                                           Py_ssize_t, Py_ssize_t, double) noexcept nogil
+    void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
+                                          Py_ssize_t, Py_ssize_t, double) noexcept nogil
+
+# The row loop uses the widest SIMD copy the CPU runs (they all give the same
+# bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
+# at AVX2.
+cpe_rows_init(0 if getenv("CPE_DISABLE_SIMD") != NULL
+              else 1 if getenv("CPE_DISABLE_AVX512") != NULL else 2)
+
+
+def _row_loop():
+    """Which copy of the sine/cosine row loop this process uses:
+    "avx512", "avx2" or "portable"."""
+    return ("portable", "avx2", "avx512")[cpe_rows_level]
+
+
+# Outputs of at least this many bytes bypass the caches (they would not stay
+# there anyway). CPE_DISABLE_STREAM=1 in the environment turns this off.
+cdef Py_ssize_t STREAM_BYTES = 16 * 1024 * 1024
+cdef bint STREAM_ENABLED = CPE_HAVE_STREAM and getenv("CPE_DISABLE_STREAM") == NULL
+
+
+def _tile_rows(unsigned char[:, ::1] out, const unsigned char[:, ::1] first,
+               const unsigned char[:, ::1] second, segments):
+    """Row ``i * len(second) + j`` of ``out`` from row ``i`` of ``first`` and row
+    ``j`` of ``second``: the grids' tokens from the encodings of their axes.
+
+    The arrays are bytes (any dtype, viewed as uint8). ``segments`` lists
+    ``(source, src_start, dst_start, length)`` in bytes, ``source`` 0 for
+    ``first`` and 1 for ``second``. NumPy's broadcast assignment does the same
+    with ordinary stores, which read every cache line first: outputs of
+    STREAM_BYTES and more are streamed, as tables are.
+    """
+    cdef Py_ssize_t rows = first.shape[0], columns = second.shape[0], width = out.shape[1]
+    cdef Py_ssize_t spec[8][4]
+    segments = tuple(segments)  # what is checked is what is copied
+    cdef Py_ssize_t count = len(segments), k, i, j, s
+    if (columns and rows > PY_SSIZE_T_MAX // columns) or out.shape[0] != rows * columns:
+        raise ValueError(f"out has {out.shape[0]} rows, expected {rows} * {columns}")
+    if count > 8:
+        raise ValueError(f"at most 8 segments, got {count}")
+    cdef bint aligned = width % 16 == 0 and (<uintptr_t>&out[0, 0] if out.shape[0] and width
+                                             else 0) % 16 == 0
+    for k, segment in enumerate(segments):
+        spec[k][0], spec[k][1], spec[k][2], spec[k][3] = segment
+        s = (first if spec[k][0] == 0 else second).shape[1]
+        if (spec[k][0] not in (0, 1) or min(spec[k][1], spec[k][2], spec[k][3]) < 0
+                or spec[k][1] > s - spec[k][3] or spec[k][2] > width - spec[k][3]):
+            raise ValueError(f"segment {segment} is outside the rows")
+        aligned = aligned and spec[k][2] % 16 == 0 and spec[k][3] % 16 == 0
+    if not rows or not columns or not width:
+        return
+    cdef bint stream = aligned and _streaming(&out[0, 0], out.shape[0], width, 1)
+    cdef char* row
+    cdef const char* source
+    with nogil:
+        for i in range(rows):
+            for j in range(columns):
+                row = <char*>&out[i * columns + j, 0]
+                for k in range(count):
+                    if spec[k][3] == 0:
+                        continue
+                    source = <const char*>(&first[i, 0] if spec[k][0] == 0 else &second[j, 0])
+                    if stream:
+                        cpe_stream_bytes(row + spec[k][2], source + spec[k][1], spec[k][3])
+                    else:
+                        memcpy(row + spec[k][2], source + spec[k][1], spec[k][3])
+        if stream:
+            cpe_stream_fence()
+
+
+# ln 2 as a double-double.
+cdef double LN2_HI = 6.931471805599452862e-01
+cdef double LN2_LO = 2.319046813846299558e-17
+
+
+# ---- double-double arithmetic (Dekker / Knuth error-free transformations) ----
+
+cdef struct dd:
+    double hi
+    double lo
+
+
+cdef inline dd _two_sum(double a, double b) noexcept nogil:
+    cdef double s = a + b
+    cdef double bb = s - a
+    return dd(hi=s, lo=(a - (s - bb)) + (b - bb))
+
+
+cdef inline dd _quick_two_sum(double a, double b) noexcept nogil:
+    cdef double s = a + b
+    return dd(hi=s, lo=b - (s - a))
+
+
+cdef inline dd _two_prod(double a, double b) noexcept nogil:
+    # Dekker's product: inline arithmetic, where fma() is a library call on
+    # baseline x86-64. For factors within 2**+-500 nothing overflows and the
+    # error term is exact to ~2**-76 of itself (its smallest part may lose bits
+    # to underflow), far below what the double-double needs; fma() beyond.
+    cdef double p = a * b
+    cdef double t, a_hi, a_lo, b_hi, b_lo
+    if not (3.06e-151 < fabs(a) < 3.27e150 and 3.06e-151 < fabs(b) < 3.27e150):
+        return dd(hi=p, lo=fma(a, b, -p))
+    t = 134217729.0 * a
+    a_hi = t - (t - a)
+    a_lo = a - a_hi
+    t = 134217729.0 * b
+    b_hi = t - (t - b)
+    b_lo = b - b_hi
+    return dd(hi=p, lo=((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo)
+
+
+cdef inline dd _dd_add(dd a, dd b) noexcept nogil:
+    cdef dd s = _two_sum(a.hi, b.hi)
+    cdef dd t = _two_sum(a.lo, b.lo)
+    s = _quick_two_sum(s.hi, s.lo + t.hi)
+    return _quick_two_sum(s.hi, s.lo + t.lo)
+
+
+cdef inline dd _dd_mul(dd a, dd b) noexcept nogil:
+    cdef dd p = _two_prod(a.hi, b.hi)
+    return _quick_two_sum(p.hi, p.lo + (a.hi * b.lo + a.lo * b.hi))
+
+
+cdef inline dd _dd_mul_d(dd a, double b) noexcept nogil:
+    cdef dd p = _two_prod(a.hi, b)
+    return _quick_two_sum(p.hi, p.lo + a.lo * b)
+
+
+cdef inline dd _dd_div_d(dd a, double b) noexcept nogil:
+    cdef double q1 = a.hi / b
+    cdef dd p = _two_prod(q1, b)
+    cdef dd r = _two_sum(a.hi, -p.hi)
+    cdef double q2 = (r.hi + ((r.lo - p.lo) + a.lo)) / b
+    return _quick_two_sum(q1, q2)
+
+
+# 1 / i! for i <= 12, as double-doubles (set at import).
+cdef dd _INVERSE_FACTORIAL[13]
+
+
+cdef void _set_inverse_factorials() noexcept nogil:
+    cdef int i
+    _INVERSE_FACTORIAL[0] = dd(hi=1.0, lo=0.0)
+    for i in range(1, 13):
+        _INVERSE_FACTORIAL[i] = _dd_div_d(_INVERSE_FACTORIAL[i - 1], <double>i)
+
+
+_set_inverse_factorials()
+
+
+cdef dd _dd_exp(dd a) noexcept nogil:
+    # exp(a) = 2**k * exp(r)**1024 with |r| <= ln2 / 2048; the Taylor series of
+    # expm1(r) converges to 2**-110 in 12 terms, and expm1 doubles by
+    # e(2x) = 2 e(x) + e(x)**2 without losing relative accuracy. expm1(r) =
+    # r (c_1 + r (c_2 + ... + r (c_5 + r T))), c_i = 1 / i!, by Horner's rule in
+    # double-double; T, the terms from r**6 on, in double: its rounding error,
+    # times r**5, stays below 2**-115 of the sum.
+    if not fabs(a.hi) <= 708.0:  # beyond (or NaN): no reduction needed, none possible
+        return dd(hi=exp(a.hi), lo=0.0)
+    cdef double k = floor(a.hi / LN2_HI + 0.5)
+    cdef dd r = _dd_add(a, _dd_mul_d(dd(hi=-LN2_HI, lo=-LN2_LO), k))
+    r = dd(hi=ldexp(r.hi, -10), lo=ldexp(r.lo, -10))
+    cdef double tail = _INVERSE_FACTORIAL[12].hi
+    cdef int i, _
+    for i in range(11, 5, -1):
+        tail = _INVERSE_FACTORIAL[i].hi + r.hi * tail
+    cdef dd s = _dd_mul_d(r, tail)
+    for i in range(5, 0, -1):
+        s = _dd_mul(_dd_add(_INVERSE_FACTORIAL[i], s), r)
+    for _ in range(10):
+        s = _dd_add(dd(hi=2.0 * s.hi, lo=2.0 * s.lo), _dd_mul(s, s))
+    s = _dd_add(s, dd(hi=1.0, lo=0.0))
+    return dd(hi=ldexp(s.hi, <int>k), lo=ldexp(s.lo, <int>k))
+
+
+cdef dd _dd_log(double a) noexcept nogil:
+    # a = m * 2**e with 0.5 <= m < 1, so that exp(-log m) stays in range even for
+    # subnormal a; then one Newton step y + m * exp(-y) - 1 squares the error of
+    # libm's log m, and log a = log m + e ln 2.
+    cdef int e
+    cdef double m = frexp(a, &e)
+    cdef double y = log(m)
+    cdef dd t = _dd_mul_d(_dd_exp(dd(hi=-y, lo=0.0)), m)
+    t = _dd_add(t, dd(hi=-1.0, lo=0.0))
+    t = _dd_add(dd(hi=y, lo=0.0), t)
+    return _dd_add(t, _dd_mul_d(dd(hi=LN2_HI, lo=LN2_LO), <double>e))
+
+
+cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
+                     double base, double exponent_den, double scale) noexcept nogil:
+    if n_freq < 0 or not (base > 0.0 and isfinite(base)):
+        return CPE_ERR_ARGUMENT
+    if not (exponent_den > 0.0 and isfinite(exponent_den)) or not isfinite(scale):
+        return CPE_ERR_ARGUMENT
+    if n_freq and (w_hi == NULL or w_lo == NULL):
+        return CPE_ERR_ARGUMENT
+    cdef dd step = _dd_div_d(_dd_log(base), exponent_den)
+    cdef dd ratio = _dd_exp(dd(hi=-step.hi, lo=-step.lo))
+    # w_{8q + r} = (scale ratio**(8q)) ratio**r: eight independent products per
+    # step of the recurrence (the steps themselves are a dependent chain). Each
+    # double-double product loses ~2**-105: 2**-96 after 512 steps, far below
+    # what a double can show.
+    cdef dd powers[8]
+    cdef dd w = dd(hi=scale, lo=0.0)
+    cdef dd step8, product
+    cdef Py_ssize_t j, r
+    powers[0] = dd(hi=1.0, lo=0.0)
+    for r in range(1, 8):
+        powers[r] = _dd_mul(powers[r - 1], ratio)
+    step8 = _dd_mul(powers[7], ratio)
+    j = 0
+    while j < n_freq:
+        w_hi[j] = w.hi
+        w_lo[j] = w.lo
+        for r in range(1, min(8, n_freq - j)):
+            product = _dd_mul(w, powers[r])
+            w_hi[j + r] = product.hi
+            w_lo[j + r] = product.lo
+        w = _dd_mul(w, step8)
+        j += 8
+    for j in range(n_freq):
+        if not (isfinite(w_hi[j]) and isfinite(w_lo[j])):
+            return CPE_ERR_RANGE
+    return CPE_OK
+
+
+# ---- layouts ----
+
+cdef struct columns:
+    Py_ssize_t n_sin
+    Py_ssize_t n_cos
+    Py_ssize_t sin_at
+    Py_ssize_t sin_step
+    Py_ssize_t cos_at
+    Py_ssize_t cos_step
+    Py_ssize_t zero_from
+
+
+cdef inline int _columns(Py_ssize_t width, Py_ssize_t n_freq, int layout,
+                         columns* c) noexcept nogil:
+    if width < 0 or n_freq < 0 or n_freq > width // 2 + width % 2:
+        return CPE_ERR_ARGUMENT
+    c.n_sin = n_freq
+    c.n_cos = min(n_freq, width - n_freq)
+    c.zero_from = c.n_sin + c.n_cos
+    if layout == CPE_LAYOUT_INTERLEAVED:
+        c.sin_at, c.sin_step, c.cos_at, c.cos_step = 0, 2, 1, 2
+    elif layout == CPE_LAYOUT_SIN_COS:
+        c.sin_at, c.sin_step, c.cos_at, c.cos_step = 0, 1, c.n_sin, 1
+    elif layout == CPE_LAYOUT_COS_SIN:
+        c.sin_at, c.sin_step, c.cos_at, c.cos_step = c.n_cos, 1, 0, 1
+    else:
+        return CPE_ERR_ARGUMENT
+    return CPE_OK
+
+
+# ---- rows ----
+# Pair tables are stored a row at a time as two runs: n_freq sines, then n_freq
+# cosines, so that the product loops read contiguous memory and vectorize.
+
+cdef inline void _sincos(double p, double w_hi, double w_lo,
+                         double* s, double* c) noexcept nogil:
+    # p * w as th + tl exactly (to ~2**-100 relative), then a first-order
+    # correction: the neglected tl**2 / 2 is below 2**-57 while |tl| <= 2**-28,
+    # which holds for every |th| < 2**24. Beyond, add the two angles in full.
+    cdef double th = p * w_hi
+    cdef double tl = fma(p, w_hi, -th) + p * w_lo
+    cdef double sn = sin(th)
+    cdef double cs = cos(th)
+    cdef double sl, cl
+    if fabs(tl) <= 3.725290298461914e-09:
+        s[0] = sn + tl * cs
+        c[0] = cs - tl * sn
+    else:
+        sl = sin(tl)
+        cl = cos(tl)
+        s[0] = sn * cl + cs * sl
+        c[0] = cs * cl - sn * sl
+
+
+cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
+                             const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
+    # The vectorized loop of cpe_rows.h; libm only for angles beyond its range.
+    cdef Py_ssize_t j
+    if cpe_sincos_row_fast(pair_row, p, w_hi, w_lo, n_freq):
+        for j in range(n_freq):
+            if not cpe_fast_element(p, w_hi[j]):
+                _sincos(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
+
+
+cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,
+                                Py_ssize_t n_freq) noexcept nogil:
+    # (sin, cos)(x + y) from the pair rows of x (a) and y (b), as a pair row.
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+    cpe_chain_blocked_double(pair_row, pair_row + n_freq, rows, 2, n_freq, n_freq)
+
+
+cdef inline void _store_product(floating* row, const double* a, const double* b,
+                                const columns* c, Py_ssize_t width) noexcept nogil:
+    # Row of the encoding of x + y from the pair rows of x (a) and y (b).
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+    _store_chain(row, rows, 2, c, width)
+
+
+cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
+                                     const double* b, Py_ssize_t n_freq, int layout,
+                                     double amplitude) noexcept nogil:
+    # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
+    # _store_product times amplitude, written once where they go in both tables.
+    cdef const double* rows[4]
+    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+    if layout == CPE_LAYOUT_SIN_COS:
+        if floating is double:
+            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+        else:
+            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+    else:
+        if floating is double:
+            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+        else:
+            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+
+
+# Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
+# from which the chunk is streamed (see _streaming): one mechanism for every
+# layout, one table or RoPE's two. Interleaved rows wider than a chunk are built
+# and streamed a piece of PIECE_PAIRS pairs at a time instead, so that streaming
+# overlaps the products rather than following a whole row of them.
+cdef Py_ssize_t _CHUNK_BYTES = 8 * 1024
+cdef enum:
+    _PIECE_PAIRS = 64
+
+
+cdef inline char* _apart(char* buffer, const void* out) noexcept nogil:
+    """The cache line in the first 4 KiB + 64 bytes of ``buffer`` that lies half a
+    page from ``out`` modulo 4 KiB: the buffer's loads then never look like they
+    depend on the streamed stores that just left it (4K aliasing), whatever the
+    addresses the allocators chose."""
+    cdef uintptr_t start = (<uintptr_t>buffer + 63) & ~(<uintptr_t>63)
+    cdef uintptr_t want = ((<uintptr_t>out & ~(<uintptr_t>63)) + 2048) & 4095
+    return <char*>(start + ((want - start) & 4095))
+
+
+cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
+                           Py_ssize_t n_rows, Py_ssize_t width, size_t itemsize,
+                           bint pairs_only) noexcept nogil:
+    """Streamed when the output (both tables together) is large enough to
+    stream and starts 16-byte aligned; else in place. ``pairs_only``: the rows
+    are interleaved pairs and nothing else, which may be streamed in pieces."""
+    r.owned = r.chunk[0] = r.chunk[1] = NULL
+    r.rows = 1
+    r.slot = 0
+    r.row_bytes = width * <Py_ssize_t>itemsize
+    r.pieces = False
+    if not (_streaming(out, n_rows, width, itemsize, sin_out)
+            and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
+        return CPE_OK
+    if pairs_only and r.row_bytes > _CHUNK_BYTES and r.row_bytes % 16 == 0:
+        r.pieces = True
+        r.owned = <char*>malloc(2 * _PIECE_PAIRS * itemsize + 4096 + 64)
+        if r.owned == NULL:
+            return CPE_ERR_NOMEM
+        r.chunk[0] = _apart(r.owned, out)
+        return CPE_OK
+    # Rows whose bytes make whole 16-byte units (1, 2, 4, 8 or 16 of them).
+    cdef Py_ssize_t unit = 16
+    while unit > 1 and (r.row_bytes * (unit // 2)) % 16 == 0:
+        unit //= 2
+    if unit * r.row_bytes > 8 * _CHUNK_BYTES:  # wide rows that are not only pairs
+        return CPE_OK  # (written in place: a chunk of them would not stay in L1)
+    r.rows = min(max(unit, _CHUNK_BYTES // r.row_bytes // unit * unit), n_rows)
+    cdef Py_ssize_t tables = 1 if sin_out == NULL else 2
+    r.owned = <char*>malloc(tables * r.rows * r.row_bytes + 4096 + 64)
+    if r.owned == NULL:
+        return CPE_ERR_NOMEM
+    r.chunk[0] = _apart(r.owned, out)
+    r.chunk[1] = r.chunk[0] + r.rows * r.row_bytes
+    return CPE_OK
+
+
+cdef inline floating* _sink_row(const row_sink* r, floating* table, Py_ssize_t i,
+                                Py_ssize_t width, int which) noexcept nogil:
+    """Where row i of ``table`` (the output, which=0, or the sin table, 1) is built."""
+    if r.owned == NULL or r.pieces:
+        return table + i * width
+    return <floating*>(r.chunk[which] + r.slot * r.row_bytes)
+
+
+cdef inline void _sink_row_done(row_sink* r, floating* out, floating* sin_out,
+                                Py_ssize_t i, Py_ssize_t last,
+                                Py_ssize_t width) noexcept nogil:
+    """Row i is built: stream the chunks when full, or at row ``last``."""
+    if r.owned == NULL or r.pieces:
+        return
+    r.slot += 1
+    if r.slot == r.rows or i == last:
+        i -= r.slot - 1  # the first row in the chunks
+        cpe_stream_bytes(<char*>(out + i * width), r.chunk[0], r.slot * r.row_bytes)
+        if sin_out != NULL:
+            cpe_stream_bytes(<char*>(sin_out + i * width), r.chunk[1], r.slot * r.row_bytes)
+        r.slot = 0
+
+
+cdef inline void _stream_pieces(const row_sink* r, floating* row, const double* a,
+                                const double* b, Py_ssize_t n_freq) noexcept nogil:
+    """The interleaved row of x + y (see _store_product) at ``row``, built and
+    streamed a piece of pairs at a time through the sink's buffer."""
+    cdef const double* rows[4]
+    cdef Py_ssize_t j = 0, m
+    while j < n_freq:
+        m = min(_PIECE_PAIRS, n_freq - j)
+        rows[0], rows[1], rows[2], rows[3] = b + j, a + j, NULL, NULL
+        if floating is double:
+            cpe_chain_interleaved_double(<double*>r.chunk[0], NULL, rows, 2, m, n_freq)
+        else:
+            cpe_chain_interleaved_float(<float*>r.chunk[0], NULL, rows, 2, m, n_freq)
+        cpe_stream_bytes(<char*>(row + 2 * j), r.chunk[0], 2 * m * sizeof(floating))
+        j += m
+
+
+cdef inline void _sink_free(row_sink* r) noexcept nogil:
+    """Fence the streamed stores (before anything else is written), then free."""
+    if r.owned != NULL:
+        cpe_stream_fence()
+    free(r.owned)
+    r.owned = NULL
+
+
+cdef inline double* _line_start(double* p) noexcept nogil:
+    # The first cache-line (64-byte) boundary at or after p, for buffers allocated
+    # with 8 doubles to spare. Rows that start on a line load without splitting
+    # lines: the products were ~25% slower from the 16-byte alignment of malloc.
+    return <double*>((<uintptr_t>p + 63) & ~(<uintptr_t>63))
+
+
+# ---- kernels ----
+
+cdef inline bint _streaming(const void* out, Py_ssize_t rows, Py_ssize_t width,
+                            size_t itemsize, const void* sin_out=NULL) noexcept nogil:
+    """Whether ``rows`` rows at ``out`` (and as many at ``sin_out``, RoPE's sin
+    table) are written with streaming stores: outputs of STREAM_BYTES and more
+    whose memory is already mapped, or may be (see cpe_memory.h)."""
+    cdef Py_ssize_t n_bytes = rows * width * <Py_ssize_t>itemsize
+    if not (STREAM_ENABLED
+            and n_bytes >= (STREAM_BYTES if sin_out == NULL else STREAM_BYTES // 2)):
+        return False
+    return cpe_mostly_mapped(out, n_bytes) != 0 and (sin_out == NULL
+                                                     or cpe_mostly_mapped(sin_out, n_bytes) != 0)
+
+
+def _streams(const unsigned char[::1] out):
+    """Whether the kernels would write ``out`` (bytes, viewed as uint8) with
+    streaming stores. For the tests."""
+    return _streaming(&out[0] if out.shape[0] else NULL, out.shape[0] // 2, 2, 1)
+
+
+cdef inline void _store_chain(floating* row, const double** chain, int count,
+                              const columns* c, Py_ssize_t width) noexcept nogil:
+    # The row of the sum of the angles of 1 to 4 pair rows, highest first (see
+    # cpe_rows.h), in the layout ``c``: the store of every row.
+    cdef Py_ssize_t j, n_freq = c.n_sin
+    cdef floating* sines = row + c.sin_at
+    if c.sin_step == 2:
+        if floating is double:
+            cpe_chain_interleaved_double(row, NULL, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_interleaved_float(row, NULL, chain, count, c.n_cos, n_freq)
+    else:
+        if floating is double:
+            cpe_chain_blocked_double(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+        else:
+            cpe_chain_blocked_float(sines, row + c.cos_at, chain, count, c.n_cos, n_freq)
+    for j in range(c.n_cos, c.n_sin):
+        sines[j * c.sin_step] = <floating>cpe_chain_sine(chain, count, j, n_freq)
+    for j in range(c.zero_from, width):
+        row[j] = 0
+
+
+cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
+    # The stored sines of -p from those of p, as the fill loop's negated pair row
+    # times the identity gives them: 0 - x, so that a zero sine stays +0.
+    cdef Py_ssize_t j
+    cdef floating zero = 0
+    for j in range(c.n_sin):
+        row[c.sin_at + j * c.sin_step] = zero - row[c.sin_at + j * c.sin_step]
+
+
+cdef inline int _single(floating* row, double p, Py_ssize_t width, Py_ssize_t n_freq,
+                        const columns* c, cpe_levels* lv, const double* w_hi,
+                        const double* w_lo) noexcept nogil:
+    """One integer position 0 < |p| < radix**n_levels (so one to four non-zero
+    digits): its digit rows, kept ones or made into scratch as _level_row makes
+    them, multiplied in registers highest first, as the loop below multiplies them
+    (the same bits, without the loop's scratch rows). CPE_OK or CPE_ERR_NOMEM;
+    -1, with nothing written, for any other position."""
+    cdef const double* factors[4]
+    cdef long long m, digit
+    cdef int k, count = 0
+    cdef Py_ssize_t row_doubles = 2 * n_freq
+    cdef double* owned = NULL
+    factors[0] = factors[1] = factors[2] = factors[3] = NULL
+    if not (floor(p) == p and fabs(p) < 4611686018427387904.0) or lv.n_levels > 4:  # 2**62
+        return -1
+    if floating is float and p < 0:
+        # The loop negates a sine in double before it is rounded: a sine below
+        # the float range would round to -0 there, to +0 negated after rounding.
+        return -1
+    m = <long long>fabs(p)
+    if m == 0 or m >> (lv.shift * lv.n_levels):
+        return -1
+    for k in range(lv.n_levels - 1, -1, -1):
+        digit = (m >> (lv.shift * k)) & (lv.radix - 1)
+        if digit == 0:
+            continue
+        if owned == NULL and (lv.rows == NULL or cpe_state_get(
+                lv.state + k * lv.radix + digit) != CPE_ROW_READY):
+            # (A row seen made stays made: _level_row returns it without a spare.)
+            if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // lv.n_levels:
+                return CPE_ERR_NOMEM
+            owned = <double*>malloc(sizeof(double) * (lv.n_levels * row_doubles + 8))
+            if owned == NULL:
+                return CPE_ERR_NOMEM
+        factors[count] = _level_row(lv, k, digit,
+                                    _line_start(owned) + k * row_doubles if owned != NULL
+                                    else NULL, w_hi, w_lo, n_freq)
+        count += 1
+    _store_chain(row, factors, count, c, width)
+    if p < 0:
+        _negate_sines(row, c)
+    free(owned)
+    return CPE_OK
+
+
+# ---- the one fill loop ----
+# Every row of every request is made here, from the decomposition of cpe_fill.h:
+# an integer position's row is the product of the rows of its high part H and of
+# its digits, highest first (a zero digit, or no H, is the identity and skipped),
+# and its negative has the sines negated; any other position's row is computed
+# directly. The products of the upper digits are kept while they stay the same,
+# so consecutive positions cost one product each. Every row, even one with a
+# single factor, is stored as a product (with the identity row (0, 1), which is
+# exact): one store path for all rows, streamed or not.
+
+cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double* spare,
+                                     const double* w_hi, const double* w_lo,
+                                     Py_ssize_t n_freq) noexcept nogil:
+    """Level row (k, d): (sin, cos)(d * radix**k * w). Made once into the levels by
+    the first caller that claims it; without levels, or while another thread is
+    making it (or a thread that claimed it before a fork), made into ``spare``
+    (level k's own scratch row): the same bits, with no wait."""
+    cdef Py_ssize_t index = k * lv.radix + d
+    cdef double position = <double>(d << (lv.shift * k))
+    cdef double* row
+    cdef char* state
+    if lv.rows == NULL:
+        _sincos_row(spare, position, w_hi, w_lo, n_freq)
+        return spare
+    row = lv.rows + 2 * n_freq * index
+    state = lv.state + index
+    if cpe_state_get(state) == CPE_ROW_READY:
+        return row
+    if cpe_state_claim(state):
+        _sincos_row(row, position, w_hi, w_lo, n_freq)
+        cpe_state_set(state, CPE_ROW_READY)
+        return row
+    _sincos_row(spare, position, w_hi, w_lo, n_freq)
+    return spare
+
+
+cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
+                                  Py_ssize_t n_freq, double w_max) noexcept nogil:
+    """Whether every |p * w_j| is at most CPE_ANGLE_LIMIT for |p| <= largest_position
+    (NaN is out of range). ``w_max``: the largest |w_j| if the caller knows it
+    (NaN if a w_j is NaN), or negative: then every frequency is read."""
+    cdef Py_ssize_t j
+    if w_max >= 0.0 or w_max != w_max:
+        return largest_position * w_max <= CPE_ANGLE_LIMIT
+    for j in range(n_freq):
+        if not (largest_position * fabs(w_hi[j]) <= CPE_ANGLE_LIMIT):
+            return False
+    return True
+
+
+cdef inline int _check_request(const double* positions, double start, Py_ssize_t n,
+                               const double* w_hi, Py_ssize_t n_freq,
+                               double w_max) noexcept nogil:
+    """The positions (or the table start + i, i < n) checked: finite, a table's
+    integers exact, every angle in range."""
+    cdef Py_ssize_t i
+    cdef double largest = 0.0
+    if positions == NULL:
+        if not (floor(start) == start and -9007199254740992.0 <= start
+                and start + <double>n <= 9007199254740992.0):
+            return CPE_ERR_ARGUMENT
+        largest = max(fabs(start), fabs(start + <double>(n - 1))) if n else 0.0
+    else:
+        for i in range(n):
+            if not isfinite(positions[i]):
+                return CPE_ERR_ARGUMENT
+            largest = max(largest, fabs(positions[i]))
+    if n and not _angles_in_range(largest, w_hi, n_freq, w_max):
+        return CPE_ERR_RANGE
+    return CPE_OK
+
+
+cdef int fill_check(const fill_request* r) noexcept nogil:
+    """The request checked, before anything is allocated or written: its sizes,
+    pointers and store, the levels' shape, and its positions (finite, a table's
+    integers exact, every angle in range). A request that passes is filled by
+    scratch_new and fill_part, which fail only for want of memory (scratch_new)."""
+    cdef columns c
+    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    if r.n < 0 or _columns(r.width, r.n_freq, CPE_LAYOUT_SIN_COS if rope else r.store,
+                           &c) != CPE_OK:
+        return CPE_ERR_ARGUMENT
+    if not (isfinite(r.amplitude) and (rope or r.amplitude == 1.0)):
+        return CPE_ERR_ARGUMENT
+    if rope and (r.width != 2 * r.n_freq or (r.n and r.sin_out == NULL)):
+        return CPE_ERR_ARGUMENT
+    if r.n and ((r.width and r.out == NULL)
+                or (r.n_freq and (r.w_hi == NULL or r.w_lo == NULL))):
+        return CPE_ERR_ARGUMENT
+    # The caller's levels must have the shape of these frequencies.
+    cdef Py_ssize_t radix
+    cdef int shift, n_levels
+    cpe_level_shape(r.n_freq, &radix, &shift, &n_levels)
+    if n_levels > 8:  # the loop's arrays (prefix, upper)
+        return CPE_ERR_ARGUMENT
+    if r.levels != NULL and (r.levels.radix != radix or r.levels.shift != shift
+                             or r.levels.n_levels != n_levels or r.levels.rows == NULL
+                             or r.levels.state == NULL):
+        return CPE_ERR_ARGUMENT
+    return _check_request(r.positions, r.start, r.n, r.w_hi, r.n_freq, r.w_max)
+
+
+cdef inline Py_ssize_t _itemsize(const fill_request* r) noexcept nogil:
+    return 4 if r.single else 8
+
+
+cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first) noexcept nogil:
+    # Row ``first`` of a table of the request (NULL stays NULL).
+    if table == NULL:
+        return NULL
+    return <char*>table + first * r.width * _itemsize(r)
+
+
+cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
+                     fill_scratch* s) noexcept nogil:
+    """The scratch memory of the rows ``first`` to ``first + count`` of a checked
+    request: CPE_OK, or CPE_ERR_NOMEM with nothing left to free. scratch_free
+    frees it, in either case."""
+    s.owned = NULL
+    s.own_rows = NULL
+    s.own.rows = NULL
+    s.own.state = NULL
+    s.sink.owned = NULL
+    cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
+    if count == 0 or r.width == 0 or r.n_freq == 0:
+        return CPE_OK
+    cdef Py_ssize_t row_doubles = 2 * r.n_freq, j
+    cdef Py_ssize_t radix = s.own.radix
+    cdef int n_levels = s.own.n_levels
+    # Scratch, each a pair row on a cache line: the identity, the row of H, one for
+    # a direct or negated row, the products of the digits above level k (k >= 1),
+    # and a spare row per level (see _level_row).
+    cdef Py_ssize_t scratch_rows = 2 * n_levels + 2
+    if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // scratch_rows:
+        return CPE_ERR_NOMEM
+    s.owned = <double*>malloc(sizeof(double) * (scratch_rows * row_doubles + 8))
+    # Without the caller's levels, a table of their own when the part has rows
+    # enough to reuse them (else, or if there is no memory for one, every level row
+    # is made where it is needed: the same bits). The table is used only when both
+    # of its parts were allocated (own.rows stays NULL otherwise).
+    if r.levels == NULL and count >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
+            n_levels * radix):
+        s.own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
+        s.own.state = <char*>calloc(n_levels * radix, 1)
+        if s.own_rows != NULL and s.own.state != NULL:
+            s.own.rows = _line_start(s.own_rows)
+    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    if s.owned == NULL or _sink_init(&s.sink, _rows_at(r.out, r, first),
+                                     _rows_at(r.sin_out, r, first) if rope else NULL, count,
+                                     r.width, _itemsize(r),
+                                     r.store == CPE_LAYOUT_INTERLEAVED
+                                     and 2 * r.n_freq == r.width) != CPE_OK:
+        scratch_free(s)
+        return CPE_ERR_NOMEM
+    cdef double* identity = _line_start(s.owned)
+    for j in range(r.n_freq):
+        identity[j] = 0.0
+        identity[r.n_freq + j] = 1.0
+    return CPE_OK
+
+
+cdef void scratch_free(fill_scratch* s) noexcept nogil:
+    """The sink's buffer (fenced, see _sink_free), then the loop's scratch and table."""
+    _sink_free(&s.sink)
+    free(s.owned)
+    free(s.own_rows)
+    free(s.own.state)
+    s.owned = s.own_rows = s.own.rows = NULL
+    s.own.state = NULL
+
+
+cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
+                    Py_ssize_t count) noexcept nogil:
+    """Rows ``first`` to ``first + count`` of a checked request, with the scratch
+    scratch_new made for them."""
+    cdef const double* positions = r.positions
+    if positions != NULL:
+        positions += first
+    if r.single:
+        _fill_rows(<float*>_rows_at(r.out, r, first), <float*>_rows_at(r.sin_out, r, first),
+                   positions, r.start + <double>first, count, r, s)
+    else:
+        _fill_rows(<double*>_rows_at(r.out, r, first), <double*>_rows_at(r.sin_out, r, first),
+                   positions, r.start + <double>first, count, r, s)
+
+
+cdef int fill(const fill_request* r) noexcept nogil:
+    """A whole request on the calling thread: CPE_OK, or the error of fill_check or
+    scratch_new with nothing written."""
+    cdef int status = fill_check(r)
+    if status != CPE_OK or r.n == 0 or r.width == 0:
+        return status
+    cdef fill_scratch s
+    cdef columns c
+    if r.n == 1 and r.n_freq and r.store <= CPE_LAYOUT_COS_SIN:
+        _columns(r.width, r.n_freq, r.store, &c)
+        s.own.rows = NULL
+        s.own.state = NULL
+        cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
+        if r.single:
+            status = _single(<float*>r.out, r.positions[0] if r.positions != NULL else r.start,
+                             r.width, r.n_freq, &c, r.levels if r.levels != NULL else &s.own,
+                             r.w_hi, r.w_lo)
+        else:
+            status = _single(<double*>r.out, r.positions[0] if r.positions != NULL else r.start,
+                             r.width, r.n_freq, &c, r.levels if r.levels != NULL else &s.own,
+                             r.w_hi, r.w_lo)
+        if status != -1:
+            return status
+    status = scratch_new(r, 0, r.n, &s)
+    if status == CPE_OK:
+        fill_part(r, &s, 0, r.n)
+    scratch_free(&s)
+    return status
+
+
+cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns* c,
+                            floating* out, floating* sin_out, Py_ssize_t i, Py_ssize_t last,
+                            const double* a, const double* b) noexcept nogil:
+    """Row i of the part at ``out`` (and ``sin_out``), the product of the pair rows
+    a and b, stored as the request's store says: the one place a store is chosen."""
+    cdef floating* row = _sink_row(sink, out, i, r.width, 0)
+    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    if sink.pieces:
+        _stream_pieces(sink, row, a, b, r.n_freq)
+    elif rope:
+        _store_rope_product(row, _sink_row(sink, sin_out, i, r.width, 1), a, b, r.n_freq,
+                            CPE_LAYOUT_SIN_COS if r.store == STORE_ROPE_HALF
+                            else CPE_LAYOUT_INTERLEAVED, r.amplitude)
+    else:
+        _store_product(row, a, b, c, r.width)
+    _sink_row_done(sink, out, sin_out if rope else NULL, i, last, r.width)
+
+
+cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, double start,
+                     Py_ssize_t n, const fill_request* r, fill_scratch* s) noexcept nogil:
+    # The loop of one part: its rows at out (and sin_out), its positions.
+    cdef Py_ssize_t i, j, n_freq = r.n_freq, width = r.width
+    if n == 0 or width == 0:
+        return
+    if n_freq == 0:
+        for i in range(n * width):
+            out[i] = 0
+        return
+    cdef const double* w_hi = r.w_hi
+    cdef const double* w_lo = r.w_lo
+    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    cdef columns c
+    _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else r.store, &c)
+    cdef cpe_levels* levels = r.levels if r.levels != NULL else &s.own
+    cdef Py_ssize_t radix = levels.radix
+    cdef int shift = levels.shift, n_levels = levels.n_levels
+    cdef Py_ssize_t row_doubles = 2 * n_freq
+    cdef double* identity = _line_start(s.owned)
+    cdef double* high_row = identity + row_doubles
+    cdef double* single = high_row + row_doubles
+    cdef double* products = single + row_doubles  # level k at products + (k - 1) rows
+    cdef double* spares = products + (n_levels - 1) * row_doubles  # level k's at + k rows
+
+    cdef long long prefix[8]
+    cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
+    cdef long long m, high, current_high = -1, key
+    cdef Py_ssize_t d
+    cdef int k, top_shift = shift * n_levels
+    cdef double p
+    cdef const double* a
+    cdef const double* b
+    for k in range(n_levels):
+        prefix[k] = -1
+    for i in range(n):
+        p = positions[i] if positions != NULL else start + <double>i
+        if floor(p) == p and fabs(p) < 4611686018427387904.0:  # 2**62
+            m = <long long>fabs(p)
+            high = m >> top_shift
+            if high != current_high:
+                current_high = high
+                if high:
+                    _sincos_row(high_row, <double>(high << top_shift), w_hi, w_lo, n_freq)
+                upper[n_levels] = high_row if high else NULL
+                for k in range(n_levels):
+                    prefix[k] = -1
+            for k in range(n_levels - 1, 0, -1):
+                key = m >> (shift * k)
+                if key != prefix[k]:
+                    prefix[k] = key
+                    d = key & (radix - 1)
+                    if d == 0:
+                        upper[k] = upper[k + 1]
+                    elif upper[k + 1] == NULL:
+                        upper[k] = _level_row(levels, k, d, spares + k * row_doubles, w_hi,
+                                              w_lo, n_freq)
+                    else:
+                        _product_pairs(products + (k - 1) * row_doubles,
+                                       _level_row(levels, k, d, spares + k * row_doubles,
+                                                  w_hi, w_lo, n_freq),
+                                       upper[k + 1], n_freq)
+                        upper[k] = products + (k - 1) * row_doubles
+            d = m & (radix - 1)
+            a = _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq) if d else identity
+            b = upper[1] if upper[1] != NULL else identity
+            if p < 0:
+                _product_pairs(single, a, b, n_freq)
+                for j in range(n_freq):
+                    single[j] = -single[j]
+                a = single
+                b = identity
+        else:
+            _sincos_row(single, p, w_hi, w_lo, n_freq)
+            a = single
+            b = identity
+        _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, a, b)
