@@ -70,15 +70,15 @@ def cache_entries_are_consistent() -> list[str]:
     snap = _core._cache_snapshot()
     problems = []
     encodings, levels = snap["encodings"], snap["levels"]
-    # An encoding is counted for what sys.getsizeof says of its key (and the
-    # key's items), its object and its frequencies, and a dict and a deque slot
-    # (64 bytes); a level entry for at least its rows.
+    # An encoding is counted for its frequencies' bytes and its key's (when bytes),
+    # plus a fixed cost per entry (cpe._core.Cache); a level entry for at least
+    # its rows.
+    entry = snap["entry_bytes"]
     for enc, cost in zip(encodings, snap["encoding_costs"], strict=True):
         key = enc.key
-        items = sum(map(sys.getsizeof, key)) if type(key) is tuple else 0
-        counted = 64 + sys.getsizeof(key) + items + sys.getsizeof(enc)
-        if cost != counted + sys.getsizeof(enc.frequencies):
-            problems.append(f"frequency cache: entry {key} counted for {cost} bytes")
+        counted = entry + enc.frequencies.nbytes + (len(key) if type(key) is bytes else 0)
+        if cost != counted:
+            problems.append(f"frequency cache: entry {key!r} counted for {cost} bytes")
     for table, cost in zip(levels.values(), snap["level_costs"], strict=True):
         if cost < table.nbytes:
             problems.append(f"level cache: an entry counted for {cost} bytes only")
@@ -93,9 +93,9 @@ def cache_entries_are_consistent() -> list[str]:
         if w.flags.writeable or w.shape != (2, max(enc.n_freq, 1)):
             problems.append(f"entry {enc.key}: writeable={w.flags.writeable} shape={w.shape}")
             continue
-        if isinstance(enc.key, tuple) and enc.key[0] == "given":  # RoPE's scaled frequencies
-            if w.tobytes() != enc.key[2] or enc.n_freq != enc.key[1] // 2:
-                problems.append(f"entry {enc.key[:2]} does not hold the frequencies of its key")
+        if np.isnan(enc.base):  # RoPE's given frequencies: their bytes end the key
+            if w.tobytes() != enc.key[40:] or 2 * enc.n_freq != enc.width:
+                problems.append(f"entry {enc.width} does not hold the frequencies of its key")
             continue
         j = np.arange(enc.n_freq)
         exact = enc.scale * enc.base ** (-j / enc.den)

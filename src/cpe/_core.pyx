@@ -85,7 +85,7 @@ def _max_ndim():
 
 _MAX_NDIM = _max_ndim()
 # Bytes kept between calls by the frequency cache (each entry counted with its
-# objects, not its frequencies alone: see _footprint).
+# objects, not its frequencies alone: see Cache).
 cdef Py_ssize_t _CACHE_BUDGET = 2 * 1024 * 1024
 # The digit levels of an encoding (see cpe_fill.h) are kept between calls, at
 # most _DIGIT_BUDGET bytes in all and half of it per encoding: their rows are made
@@ -711,69 +711,22 @@ cdef inline char* _address(cnp.ndarray array) noexcept:
     return <char*>cnp.PyArray_DATA(array)
 
 
-# ---- encodings, cached: bounded in bytes, safe without the GIL ----
+# ---- the caches: bounded in bytes, safe without the GIL ----
 
 _cache_lock = threading.Lock()
-# What a dict slot and a deque slot cost beyond the objects they point to.
-cdef Py_ssize_t _SLOT_BYTES = 64
+# What an entry costs besides the arrays it holds and a key of bytes: its objects
+# and its slots in a dict and a deque (about half a KiB for a small array).
+cdef Py_ssize_t _ENTRY_BYTES = 512
 
 
-cdef object _getsizeof = sys.getsizeof
-# sys.getsizeof of a float, an _Encoding and a _Levels (set once these exist), of
-# a tuple without its items, of a positive int of one digit, and of an ndarray of
-# 0-3 dims without its data.
-cdef Py_ssize_t _FLOAT_BYTES = _getsizeof(1.0), _ENCODING_BYTES, _LEVELS_BYTES
-cdef Py_ssize_t _TUPLE_BYTES = _getsizeof((None,)) - sizeof(void*)
-cdef Py_ssize_t _BYTES_BYTES = _getsizeof(b"")
-cdef Py_ssize_t _SMALL_INT_BYTES = _getsizeof(1)
-cdef long long _SMALL_INT_LIMIT = 2 ** sys.int_info.bits_per_digit
-cdef Py_ssize_t _ARRAY_BYTES[4]
-_ARRAY_BYTES[:] = [_getsizeof(np.empty((0,) * ndim)) for ndim in range(4)]
-
-
-cdef Py_ssize_t _bytes_of(obj) except -1:
-    """``sys.getsizeof(obj)``, computed for what the caches hold most: its call
-    (a lookup and a call of ``__sizeof__``) costs more than a new encoding's
-    frequencies. An ndarray is its header and the data it owns, as NumPy counts."""
-    cdef int overflow = 0
-    kind = type(obj)
-    if kind is float:
-        return _FLOAT_BYTES
-    if kind is _Encoding:
-        return _ENCODING_BYTES
-    if kind is _Levels:
-        return _LEVELS_BYTES
-    if kind is tuple:
-        return _TUPLE_BYTES + len(<tuple>obj) * <Py_ssize_t>sizeof(void*)
-    if kind is bytes:
-        return _BYTES_BYTES + PyBytes_GET_SIZE(obj)
-    if kind is int and 0 < PyLong_AsLongLongAndOverflow(obj, &overflow) < _SMALL_INT_LIMIT:
-        return _SMALL_INT_BYTES
-    if kind is np.ndarray and cnp.PyArray_NDIM(obj) < 4:
-        return _ARRAY_BYTES[cnp.PyArray_NDIM(obj)] + (
-            cnp.PyArray_NBYTES(obj) if cnp.PyArray_CHKFLAGS(obj, cnp.NPY_ARRAY_OWNDATA) else 0)
-    return _getsizeof(obj)
-
-
-cdef Py_ssize_t _footprint(key, parts) except -1:
-    """The bytes an entry keeps alive: its key (and the numbers in it), its
-    objects (an array's data included when it owns it) and its slots."""
-    cdef Py_ssize_t total = _SLOT_BYTES + _bytes_of(key)
-    if type(key) is tuple:
-        for item in key:
-            total += _bytes_of(item)
-    for part in parts:
-        total += _bytes_of(part)
-    return total
-
-
-cdef class _BoundedCache:
-    """A dict whose entries cost at most ``budget`` bytes in all (their real
-    footprint, see _footprint), evicted first in, first out in O(1).
-
-    Lookups need no lock (a dict lookup is atomic, with or without the GIL);
-    ``add`` is called under _cache_lock. An entry that alone exceeds the budget
-    is not kept.
+@cython.final
+cdef class Cache:
+    """Entries kept first in, first out while their costs add up to at most
+    ``budget`` bytes, the one policy of every cache of cpe: an entry costs
+    ``_ENTRY_BYTES``, plus the bytes of the arrays it holds (which its keeper
+    says), plus its key's when that is ``bytes``. An entry that alone exceeds the
+    budget is not kept. Lookups need no lock (a dict lookup is atomic, with or
+    without the GIL); ``keep`` takes _cache_lock.
     """
     cdef dict entries
     cdef object order          # deque of (key, cost), oldest first
@@ -786,21 +739,29 @@ cdef class _BoundedCache:
         self.nbytes = 0
         self.budget = budget
 
-    cdef object add(self, key, value, Py_ssize_t cost):
-        """The entry kept for ``key``: one added meanwhile, or ``value``."""
-        if cost > self.budget:
-            existing = self.entries.get(key)
-            return value if existing is None else existing
-        existing = self.entries.setdefault(key, value)  # (one hash of the key)
-        if existing is not value:
-            return existing
-        self.order.append((key, cost))
-        self.nbytes += cost
-        while self.nbytes > self.budget:
-            old_key, old_cost = self.order.popleft()
-            del self.entries[old_key]
-            self.nbytes -= old_cost
-        return value
+    cpdef object get(self, key):
+        """The entry of ``key``, or None."""
+        return self.entries.get(key)
+
+    cpdef object keep(self, key, value, Py_ssize_t nbytes):
+        """The entry kept for ``key``, whose arrays hold ``nbytes``: one added
+        meanwhile, or ``value``."""
+        cdef Py_ssize_t cost = _ENTRY_BYTES + nbytes + (
+            PyBytes_GET_SIZE(key) if type(key) is bytes else 0)
+        with _cache_lock:
+            if cost > self.budget:
+                existing = self.entries.get(key)
+                return value if existing is None else existing
+            existing = self.entries.setdefault(key, value)  # (one hash of the key)
+            if existing is not value:
+                return existing
+            self.order.append((key, cost))
+            self.nbytes += cost
+            while self.nbytes > self.budget:
+                old_key, old_cost = self.order.popleft()
+                del self.entries[old_key]
+                self.nbytes -= old_cost
+            return value
 
     def snapshot(self):
         """(values, their costs, bytes counted, budget), as seen under the lock."""
@@ -810,7 +771,7 @@ cdef class _BoundedCache:
                     self.nbytes, self.budget)
 
 
-cdef _BoundedCache _encodings = _BoundedCache(_CACHE_BUDGET)
+cdef Cache _encodings = Cache(_CACHE_BUDGET)
 
 
 cdef int _resolve(Py_ssize_t D, convention, layout, freq_shift, int* layout_code,
@@ -886,7 +847,7 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
         fields.width, fields.n_freq = width, n_freq
         fields.base, fields.den, fields.scale = base, den, scale
         key = PyBytes_FromStringAndSize(<char*>&fields, sizeof(fields))
-    cached = _encodings.entries.get(key)
+    cached = _encodings.get(key)
     if cached is not None:
         return <_Encoding>cached
     cdef Py_ssize_t stride = max(n_freq, 1)
@@ -911,12 +872,16 @@ cdef _Encoding _given_encoding(Py_ssize_t width, w):
     """RoPE's encoding of width ``width`` with the frequencies ``w``: a float64
     array of shape (2, width // 2), finite double-doubles (hi and lo rows, each
     ``|lo| <= ulp(hi) / 2``; lo 0 for frequencies taken as exact), as
-    cpe._scaling makes them. Cached by their bytes."""
+    cpe._scaling makes them. Keyed as the others, base and den NaN (no encoding
+    of a base has them), followed by the frequencies' bytes."""
     w = np.array(w, dtype=np.float64, order="C")  # a copy of the caller's
     if w.shape != (2, width // 2):
         raise ValueError(f"given frequencies of shape (2, {width // 2}) expected")
-    key = ("given", width, w.tobytes())
-    cached = _encodings.entries.get(key)
+    cdef _FrequencyKey fields
+    fields.width, fields.n_freq = width, width // 2
+    fields.base, fields.den, fields.scale = NAN, NAN, 1.0
+    key = PyBytes_FromStringAndSize(<char*>&fields, sizeof(fields)) + w.tobytes()
+    cached = _encodings.get(key)
     if cached is not None:
         return <_Encoding>cached
     return _kept(key, width, width // 2, NAN, NAN, 1.0, w)
@@ -943,9 +908,7 @@ cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, double base, doub
             enc.w_max = fabs(hi[j])  # NaN stays: nothing compares above it
             if enc.w_max != enc.w_max:
                 break
-    cdef Py_ssize_t cost = _footprint(key, (enc, w))
-    with _cache_lock:
-        return <_Encoding>_encodings.add(key, enc, cost)
+    return <_Encoding>_encodings.keep(key, enc, cnp.PyArray_NBYTES(w))
 
 
 cpdef object paper_frequencies(Py_ssize_t width, double base, str name):
@@ -985,9 +948,7 @@ cdef class _Levels:
     cdef _Encoding enc
 
 
-cdef _BoundedCache _digit_cache = _BoundedCache(_DIGIT_BUDGET)
-_ENCODING_BYTES = _getsizeof(_Encoding.__new__(_Encoding))
-_LEVELS_BYTES = _getsizeof(_Levels.__new__(_Levels))
+cdef Cache _digit_cache = Cache(_DIGIT_BUDGET)
 
 
 cdef _Levels _levels_of(_Encoding enc):
@@ -1004,7 +965,7 @@ cdef _Levels _levels_of(_Encoding enc):
         # its levels on its second request only: the same bits either way.)
         cpe_state_set(&enc.used, 1)
         return None
-    cached = _digit_cache.entries.get(enc.key)
+    cached = _digit_cache.get(enc.key)
     if cached is not None:
         return <_Levels>cached
     cdef _Levels levels = _Levels.__new__(_Levels)
@@ -1016,19 +977,18 @@ cdef _Levels _levels_of(_Encoding enc):
     levels.c.state = _address(levels.state)
     levels.c.radix, levels.c.shift, levels.c.n_levels = radix, shift, n_levels
     cnp.PyArray_CLEARFLAGS(levels.table, cnp.NPY_ARRAY_WRITEABLE)
-    # The level rows live in the base of the (aligned) view; the encoding is
-    # counted too, as the entry keeps it alive after the frequency cache let it go.
-    cdef Py_ssize_t cost = _footprint(enc.key, (levels, levels.table, levels.table.base,
-                                                levels.state, enc, enc.frequencies))
-    with _cache_lock:
-        return <_Levels>_digit_cache.add(enc.key, levels, cost)
+    # The level rows live in the base of the (aligned) view; the encoding's
+    # frequencies are counted too, as the entry keeps them alive after the
+    # frequency cache let them go.
+    return <_Levels>_digit_cache.keep(
+        enc.key, levels, cnp.PyArray_NBYTES(levels.table.base) + cnp.PyArray_NBYTES(levels.state)
+        + cnp.PyArray_NBYTES(enc.frequencies))
 
 
 cdef tuple _parameters(_Encoding enc):
     """What sets an encoding's frequencies, for _cache_snapshot (the cache's key is
-    not readable)."""
-    return enc.key if type(enc.key) is tuple else (enc.width, enc.n_freq, enc.base, enc.den,
-                                                   enc.scale)
+    not readable): base and den are NaN for RoPE's given frequencies."""
+    return (enc.width, enc.n_freq, enc.base, enc.den, enc.scale)
 
 
 def _cache_snapshot():
@@ -1036,9 +996,10 @@ def _cache_snapshot():
 
     ``encodings`` (the cached ``_Encoding`` objects), ``encoding_costs`` (the
     bytes each is counted for), ``encoding_bytes`` and ``encoding_budget``;
-    ``levels`` (an encoding's ``(width, n_freq, base, den, scale)``, or RoPE's key
-    of given frequencies, -> digit-level array), ``level_costs``,
-    ``level_bytes`` and ``level_budget``.
+    ``levels`` (an encoding's ``(width, n_freq, base, den, scale)`` -> digit-level
+    array), ``level_costs``,
+    ``level_bytes`` and ``level_budget``; ``entry_bytes``, what an entry costs
+    besides its arrays and a key of bytes.
     """
     encodings, encoding_costs, encoding_bytes, encoding_budget = _encodings.snapshot()
     levels, level_costs, level_bytes, level_budget = _digit_cache.snapshot()
@@ -1052,6 +1013,7 @@ def _cache_snapshot():
         "level_costs": level_costs,
         "level_bytes": level_bytes,
         "level_budget": level_budget,
+        "entry_bytes": _ENTRY_BYTES,
     }
 
 

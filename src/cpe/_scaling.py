@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cpe._core import (
+    Cache,
     as_choice,
     as_count,
     as_positive,
@@ -42,13 +43,12 @@ _ALIASES = {"mrope": "default"}
 
 DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
-# The schemes last read, by their inputs, and their frequencies, by Scheme.key: the
-# same inputs give the same scheme and frequencies, so a table does not pay again
-# for reading a config and for the frequencies' double-double arithmetic.
-_SCHEMES: dict[Any, Scheme] = {}
-_MADE: dict[Any, npt.NDArray[np.float64]] = {}
-_KEPT_AT_MOST = 64
-_FROZEN_AT_MOST = 4096  # values of a sequence (longrope's factors: one per frequency)
+# The schemes read, by the bytes of their inputs (see _key), and their frequencies,
+# by b"w" and the same bytes: the same inputs give the same scheme and
+# frequencies, so a table does not pay again for reading a config and for the
+# frequencies' double-double arithmetic. An entry costs its key's bytes and its
+# frequencies' (cpe._core.Cache).
+_SCHEMES = Cache(4 * 1024 * 1024)
 
 
 Blend = Callable[["DD"], "DD"]
@@ -72,25 +72,25 @@ class Scheme:
     # in runs or interleaved (see sections_of); None for one axis.
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
-    # What the frequencies are made from (hashable), under which they are kept in
-    # _MADE; None: made on every call.
-    key: Any = None
+    # The bytes of what the frequencies are made from, under which (after b"w")
+    # they are kept in _SCHEMES; None: made on every call.
+    key: bytes | None = None
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
         """(2, width // 2) double-doubles, hi and lo rows (read-only); None for the
         paper's."""
         if self.make is None:
             return None
-        kept = _MADE.get(self.key) if self.key is not None else None
+        kept = _SCHEMES.get(b"w" + self.key) if self.key is not None else None
         if kept is not None:
-            return kept
+            return kept  # type: ignore[no-any-return]
         with np.errstate(all="ignore"):  # a frequency beyond the range is refused below
             frequencies = np.stack(self.make())
         if not np.all(np.isfinite(frequencies)):
             raise ValueError("rope_parameters give frequencies beyond the range of a double")
         frequencies.flags.writeable = False
         if self.key is not None:
-            _keep(_MADE, self.key, frequencies)
+            _SCHEMES.keep(b"w" + self.key, frequencies, frequencies.nbytes)
         return frequencies
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
@@ -238,14 +238,13 @@ def scheme(
     sections of multimodal RoPE. Without ``seq_len``, the schemes that read it
     call ``default_seq_len``: the length of the request (None: none). The same
     inputs give the same scheme: it is kept for the next call (unless it reads
-    the request's length)."""
-    try:
-        inputs = _frozen((head_dim, base, rope_parameters, max_position_embeddings, seq_len))
-    except (TypeError, RecursionError):  # (not kept: read, and checked, on every call)
-        inputs = None
-    kept = _SCHEMES.get(inputs) if inputs is not None else None
+    the request's length). ``rope_parameters`` is read once, into a private copy
+    from which the scheme is both keyed and made."""
+    parameters = _private_copy(rope_parameters)
+    key = _key((head_dim, base, parameters, max_position_embeddings, seq_len))
+    kept = _SCHEMES.get(key) if key is not None else None
     if kept is not None:
-        return kept
+        return kept  # type: ignore[no-any-return]
     asked: list[float | None] = []  # the request's length, if the scheme reads it
 
     def request_length() -> float | None:
@@ -253,50 +252,75 @@ def scheme(
         return asked[-1]
 
     used = _frequencies(
-        head_dim, base, rope_parameters, max_position_embeddings, seq_len, request_length
+        head_dim, base, parameters, max_position_embeddings, seq_len, request_length
     )
-    if rope_parameters is not None and rope_parameters.get("mrope_section") is not None:
-        read = _Parameters(rope_parameters, _rope_type(rope_parameters))
+    if parameters.get("mrope_section") is not None:
+        read = _Parameters(parameters, _rope_type(parameters))
         used = replace(used, **_sections(read, used.width // 2))
-    elif rope_parameters is not None and rope_parameters.get("mrope_interleaved"):
+    elif parameters.get("mrope_interleaved"):
         raise ValueError(
             "rope_parameters['mrope_interleaved'] needs rope_parameters['mrope_section']"
         )
     # A scheme that reads the request's length (dynamic, longrope) is made again
     # for every request: keeping one per length would evict the others.
-    if inputs is not None and not asked:
+    if key is not None and not asked:
         if used.make is not None:
-            used = replace(used, key=inputs)
-        _keep(_SCHEMES, inputs, used)
+            used = replace(used, key=key)
+        _SCHEMES.keep(key, used, 0)
     return used
 
 
-def _keep(kept: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(kept) >= _KEPT_AT_MOST:  # a few schemes are in use at a time
-        kept.clear()
-    kept[key] = value
+def _private_copy(rope_parameters: Any) -> dict[Any, Any]:
+    """``rope_parameters`` read once (None: empty): each key (a ``str``
+    subclass as the plain ``str`` it holds) with its value, a list or tuple as a
+    tuple of its items and an array as a read-only copy. Nothing reads the
+    caller's mapping again, so what is keyed is what is made, whatever the
+    mapping's methods say or another thread does to it meanwhile."""
+    if rope_parameters is None:
+        return {}
+    if not isinstance(rope_parameters, Mapping):
+        raise TypeError(
+            "rope_parameters must be a mapping such as a config's rope_parameters "
+            f"(or rope_scaling), got {type(rope_parameters).__name__}"
+        )
+    copy: dict[Any, Any] = {}
+    for key, value in list(rope_parameters.items()):
+        if isinstance(value, (list, tuple)):
+            value = tuple(value)
+        elif isinstance(value, np.ndarray):
+            value = np.array(value)
+            value.flags.writeable = False
+        copy[str.__str__(key) if isinstance(key, str) else key] = value
+    return copy
+
+
+def _key(inputs: Any) -> bytes | None:
+    """The bytes of a hashable image of ``inputs`` made of immutable values only,
+    each with its type and exact bits (so that inputs read apart, such as 1 and
+    True, or 0.0 and -0.0, stay apart); None when an input cannot be keyed (an
+    object hashed by identity, such as a tensor, may change in place): such
+    inputs are read, and checked, on every call."""
+    try:
+        return repr(_frozen(inputs)).encode()
+    except (TypeError, RecursionError):
+        return None
 
 
 def _frozen(value: Any) -> Any:
-    """A hashable image of ``value`` made of immutable values only, each with its
-    type and exact bits (so that inputs read apart, such as 1 and True, or 0.0
-    and -0.0, stay apart); a TypeError for anything else (an object hashed by
-    identity, such as a tensor, may change in place) and for long sequences."""
+    """The image of ``value`` for _key, or a TypeError."""
     kind = type(value)
     if kind is int or kind is str or kind is bool or value is None:
-        return (kind, value)  # (the usual values, at once)
+        return (kind.__name__, value)  # (the usual values, at once)
     if kind is float:
-        return (kind, value.hex())
+        return ("float", value.hex())
     if kind is list or kind is tuple:
-        if len(value) > _FROZEN_AT_MOST:
-            raise TypeError("not kept: a long sequence")
         return ("sequence", tuple(map(_frozen, value)))
-    if isinstance(value, Mapping):
-        return ("mapping", tuple(sorted((str(k), _frozen(v)) for k, v in value.items())))
-    if kind is np.ndarray and value.ndim == 1 and value.size <= _FROZEN_AT_MOST:
-        return ("array", tuple(map(_frozen, value)))
+    if kind is dict and all(type(key) is str for key in value):
+        return ("mapping", tuple(sorted((key, _frozen(v)) for key, v in value.items())))
+    if kind is np.ndarray and value.ndim == 1:
+        return ("array", value.dtype.str, value.tobytes())
     if isinstance(value, np.generic):
-        return (kind, value.tobytes())
+        return (f"{kind.__module__}.{kind.__qualname__}", value.tobytes())
     raise TypeError(f"not kept: a {kind.__name__}")
 
 
@@ -345,18 +369,11 @@ def sections_of(used: Scheme) -> list[npt.NDArray[np.intp]]:
 def _frequencies(
     head_dim: int,
     base: Any,
-    rope_parameters: Mapping[str, Any] | None,
+    rope_parameters: dict[Any, Any],
     max_position_embeddings: Any,
     seq_len: Any,
     default_seq_len: Callable[[], float | None],
 ) -> Scheme:
-    if rope_parameters is None:
-        rope_parameters = {}
-    if not isinstance(rope_parameters, Mapping):
-        raise TypeError(
-            "rope_parameters must be a mapping such as a config's rope_parameters "
-            f"(or rope_scaling), got {type(rope_parameters).__name__}"
-        )
     unknown = sorted(map(str, set(rope_parameters) - _KEYS))
     if unknown:
         raise ValueError(

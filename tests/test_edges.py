@@ -1,0 +1,152 @@
+"""Promises at the edges: what a hostile caller once got past the checks.
+
+Each test is the reproducer of one finding of an attack on cpe (lying mappings,
+keys that lie about themselves, caches grown without bound), asserting the
+behaviour that replaced it.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cpe
+
+POSITIONS = np.arange(64)
+
+
+class TwoFaced(Mapping[str, Any]):
+    """A mapping whose ``items()`` says one thing and whose lookups another."""
+
+    def __init__(self, listed: dict[str, Any], looked_up: dict[str, Any]) -> None:
+        self.listed, self.looked_up = listed, looked_up
+
+    def __getitem__(self, key: str) -> Any:
+        return self.looked_up[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.looked_up)
+
+    def __len__(self) -> int:
+        return len(self.looked_up)
+
+    def items(self) -> Any:
+        return self.listed.items()
+
+
+def test_a_mapping_that_lies_cannot_poison_the_tables_of_later_callers():
+    # The scheme was keyed from items() and made from lookups: a config whose
+    # items() said factor 2 and whose lookups said 8 made every later honest
+    # call with factor 2 return the factor-8 tables. Now one read makes both.
+    factor = 2.0 + 2.0**-20  # this test's own (the cache outlives the test)
+    honest = {"rope_type": "linear", "factor": factor}
+    liar = TwoFaced(honest, {"rope_type": "linear", "factor": 8.0})
+    cpe.rope_cos_sin(POSITIONS, 64, rope_parameters=liar)
+    cos, sin = cpe.rope_cos_sin(POSITIONS, 64, rope_parameters=honest)
+    # linear scaling divides every frequency by the factor: the unscaled tables
+    # of the positions divided by it, which a factor-8 table is not.
+    expected_cos, expected_sin = cpe.rope_cos_sin(
+        np.array([float(p) / factor for p in POSITIONS]), 64
+    )
+    np.testing.assert_allclose(cos, expected_cos, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin, expected_sin, rtol=0, atol=1e-15)
+
+
+class Posing(str):
+    """A key that says it is something else when asked with str()."""
+
+    def __str__(self) -> str:
+        return "beta_fast_posing"
+
+
+def test_a_key_that_lies_about_its_name_cannot_let_an_unknown_key_in():
+    # The key image was made of str(key): a str subclass holding "factor" whose
+    # __str__ said "beta_fast_posing" was accepted as factor (its value) and
+    # kept under the other name, so that a later config with that unknown key and
+    # no factor was accepted from the cache. Keys are now read as what they hold.
+    scale = 3.0 + 2.0**-21
+    posing = {"rope_type": "linear", Posing("factor"): scale}
+    expected = cpe.rope_cos_sin(
+        POSITIONS, 64, rope_parameters={"rope_type": "linear", "factor": scale}
+    )
+    got = cpe.rope_cos_sin(POSITIONS, 64, rope_parameters=posing)
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+    with pytest.raises(ValueError, match="unknown keys 'beta_fast_posing'"):
+        cpe.rope_cos_sin(
+            POSITIONS, 64, rope_parameters={"rope_type": "linear", "beta_fast_posing": scale}
+        )
+
+
+class Shifting(list):
+    """A list that yields other items the second time it is read."""
+
+    reads = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        Shifting.reads += 1
+        return iter(list.__iter__(self) if Shifting.reads == 1 else [0.0] * len(self))
+
+
+def test_a_value_is_read_once_for_its_key_and_its_scheme():
+    # A longrope factor list read once for the key and again for the scheme could
+    # key one set of factors and make another.
+    half = 16
+    short = [1.0 + j / 64 for j in range(half)]
+    config = {
+        "rope_type": "longrope",
+        "short_factor": Shifting(short),
+        "long_factor": [2.0] * half,
+        "original_max_position_embeddings": 4096,
+    }
+    Shifting.reads = 0
+    got = cpe.rope_frequencies(
+        2 * half, rope_parameters=config, max_position_embeddings=4096, seq_len=16
+    )
+    plain = dict(config, short_factor=list(short))
+    assert (
+        got[0].tobytes()
+        == cpe.rope_frequencies(
+            2 * half, rope_parameters=plain, max_position_embeddings=4096, seq_len=16
+        )[0].tobytes()
+    )
+    assert Shifting.reads == 1
+
+
+def kept_bytes(calls: Any) -> int:
+    """The bytes of memory still held after ``calls()`` returned."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        calls()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def linear_tables() -> None:
+    for k in range(60):
+        factor = 1.0 + (k + 1) / 256
+        cpe.rope_frequencies(2**17, rope_parameters={"rope_type": "linear", "factor": factor})
+
+
+def longrope_tables() -> None:
+    for k in range(60):
+        config = {
+            "rope_type": "longrope",
+            "short_factor": [1.0 + k / 64] * 4096,
+            "long_factor": [2.0] * 4096,
+            "original_max_position_embeddings": 4096,
+        }
+        cpe.rope_cos_sin(8, 8192, rope_parameters=config, max_position_embeddings=4096, seq_len=8)
+
+
+@pytest.mark.parametrize("calls", [linear_tables, longrope_tables])
+def test_the_scheme_cache_is_bounded_in_bytes(calls):
+    # 60 scaled configs of 2**16 frequencies kept 60 MiB, and longrope configs
+    # with 4096-entry factor lists 73 MiB for 64: the schemes' cache was bounded
+    # by its count of entries, not their bytes.
+    assert kept_bytes(calls) < 8 * 2**20  # the schemes' budget and the encodings'
