@@ -24,6 +24,12 @@ POSITIONS = {
     "real-valued": rng.uniform(-1e6, 1e6, (4, 5)),
 }
 WIDTHS = (1, 3, 8, 64, 130, 512, 2050, 4096, 8192)
+# Multi-axis RoPE: Flux's axial ids, and Qwen2-VL's and Qwen3-VL's (interleaved)
+# sections of (temporal, height, width) ids.
+AXIAL = rng.integers(-4096, 4096, (300, 3))
+THW = rng.integers(0, 70000, (3, 2, 150))
+QWEN2_VL = {"rope_type": "default", "mrope_section": [16, 24, 24]}
+QWEN3_VL = {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True}
 DTYPES = ("float64", "float32", "float16")
 
 
@@ -63,6 +69,13 @@ def main() -> None:
                 rope += cpe.rope_cos_sin(ids, 64, layout=layout, dtype=dtype)
             emit(f"rope {layout} {dtype}", rope)
         emit(f"sincos_2d {dtype}", [cpe.sincos_2d(14, 14, 768, dtype=dtype)])
+        for layout in ("half", "interleaved"):
+            axes = [
+                *cpe.rope_cos_sin(AXIAL, 128, axes_dim=(16, 56, 56), layout=layout, dtype=dtype),
+                *cpe.rope_cos_sin(THW, 128, rope_parameters=QWEN2_VL, layout=layout, dtype=dtype),
+                *cpe.rope_cos_sin(THW, 128, rope_parameters=QWEN3_VL, layout=layout, dtype=dtype),
+            ]
+            emit(f"multi-axis rope {layout} {dtype}", axes)
     # Outputs of 16 MiB and more are streamed.
     streamed = [
         cpe.positional_encoding_table(8192, 1024, dtype="float32"),

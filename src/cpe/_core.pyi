@@ -135,6 +135,17 @@ def axis_encoding(
 def as_positions(position: object, name: str) -> npt.NDArray[Any]: ...
 def written(out: _T) -> _T: ...
 def paper_frequencies(width: int, base: float, name: str) -> npt.NDArray[np.float64]: ...
+def rope_axes(
+    cos: Any,
+    sin: Any,
+    dt: np.dtype[Any],
+    positions: npt.NDArray[Any],
+    axes: list[Any],
+    base: object,
+    interleaved: bool,
+    amplitude: float,
+    workers: int,
+) -> None: ...
 def rope_tables(
     n: object,
     head_dim: int,

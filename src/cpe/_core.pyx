@@ -1046,35 +1046,49 @@ cdef Py_ssize_t _PART_BYTES = PART_BYTES
 
 cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
                _Encoding enc, int store, str name, double amplitude=1.0,
-               Py_ssize_t workers=1) except -1:
+               Py_ssize_t workers=1, Py_ssize_t row_stride=0, Py_ssize_t first_column=0,
+               Py_ssize_t column_step=1, Py_ssize_t half_at=-1) except -1:
     """The engine's fill loop into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
     ``sin_data`` for RoPE's stores, its values times ``amplitude``. ``name``: the
     argument the positions come from, for the errors. Large outputs are filled by
-    up to ``workers`` threads, a range of rows each (see _Parts)."""
+    up to ``workers`` threads, a range of rows each (see _Parts). For one axis of
+    a multi-axis RoPE table, ``target`` and ``sin_data`` point at its first
+    column, rows ``row_stride`` values apart (0: whole rows), its columns placed
+    by ``column_step`` and ``half_at`` (-1: those of a whole table; see
+    fill_request)."""
     if n == 0 or enc.width == 0:
         return 0
     cdef _Levels kept = _levels_of(enc)  # alive while the loop reads its rows
     cdef cpe_levels* levels = NULL if kept is None else &kept.c
     cdef fill_request r = fill_request(
-        out=_address(target), sin_out=sin_data, positions=positions, start=start, n=n,
-        width=enc.width, single=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
+        out=_address(target) + first_column * cnp.PyArray_ITEMSIZE(<cnp.ndarray>target),
+        sin_out=sin_data, positions=positions, start=start, n=n,
+        width=enc.width, row_stride=row_stride if row_stride else enc.width,
+        single=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
         w_hi=enc.w_hi, w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
-        levels=levels, store=store, amplitude=amplitude)
-    cdef Py_ssize_t parts = 1, row_bytes = enc.width * (4 if r.single else 8)
-    cdef Py_ssize_t total = n * row_bytes * (1 if sin_data == NULL else 2)
+        levels=levels, store=store, amplitude=amplitude, column_step=column_step,
+        half_at=half_at if half_at >= 0 else enc.n_freq)
+    return _run(&r, enc, kept, name, workers)
+
+
+cdef int _run(fill_request* r, _Encoding enc, _Levels kept, str name,
+              Py_ssize_t workers) except -1:
+    """A request filled, by up to ``workers`` threads when large (see _fill)."""
+    cdef Py_ssize_t parts = 1, row_bytes = r.row_stride * (4 if r.single else 8)
+    cdef Py_ssize_t total = r.n * row_bytes * (1 if r.sin_out == NULL else 2)
     cdef int status
     if workers > 1 and total >= 2 * _PART_BYTES:  # (else one part, without a Python call)
-        parts = part_count(workers, n, total)
+        parts = part_count(workers, r.n, total)
     if parts > 1:
         with nogil:
-            status = _engine.fill_check(&r)
+            status = _engine.fill_check(r)
         _raise_for(status, name)
-        return _raise_for(_Parts(enc, kept).run(&r, row_bytes, parts), name)
-    if n * enc.width < _NOGIL_VALUES:
-        return _raise_for(_engine.fill(&r), name)
+        return _raise_for(_Parts(enc, kept).run(r, row_bytes, parts), name)
+    if r.n * r.width < _NOGIL_VALUES:
+        return _raise_for(_engine.fill(r), name)
     with nogil:
-        status = _engine.fill(&r)
+        status = _engine.fill(r)
     return _raise_for(status, name)
 
 
@@ -1522,3 +1536,56 @@ def rope_tables(n, Py_ssize_t head_dim, bint counted, start, base, given, dt, bi
         positions = <const double*>_address(pos)
     _encode(cos, dt, positions, first, count, enc, layout, name, workers, sin, amplitude)
     return (cos, sin) if out is None else written(out)  # (out= itself: tensors, say)
+
+
+def rope_axes(cos, sin, dt, positions, list axes, base, bint interleaved, double amplitude,
+              Py_ssize_t workers):
+    """Multi-axis RoPE: the checked tables ``cos`` and ``sin`` (of shape (...,
+    head_dim), dtype ``dt``) filled axis by axis, each axis written straight into
+    its columns, every value the one the one-axis table of that axis gives.
+
+    ``positions``: the array as_positions returned, of every axis; they are
+    checked once, all of them, against the largest frequency of any axis, before
+    anything is written. Each of ``axes`` is (index, frequencies, first,
+    column_step, half_at): the positions of the axis are ``positions[index]``;
+    ``frequencies`` is an even width (the paper's frequencies of ``base``, checked
+    here) or a (2, k) array of double-doubles (see _given_encoding); its values
+    go to the columns of fill_request's ``column_step`` and ``half_at`` (-1: a
+    whole table's) from column ``first``. Up to ``workers`` threads fill large
+    axes (see _fill).
+    """
+    name = "n (the positions)"
+    cdef double b = as_positive(base, "base") if base is not None else 1.0
+    cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
+    if size == 0:
+        return None
+    encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL) if type(w) is int
+                 else _given_encoding(2 * (<cnp.ndarray>w).shape[1], w)
+                 for _, w, _, _, _ in axes]
+    cdef _Encoding enc
+    cdef double w_max = 0.0
+    for enc in encodings:
+        w_max = max(w_max, enc.w_max)
+    pos = _positions_float64(positions, name)
+    cdef fill_request check = fill_request(
+        out=NULL, sin_out=NULL, positions=<const double*>_address(pos), start=0.0,
+        n=cnp.PyArray_SIZE(pos), width=0, row_stride=0, single=False, w_hi=NULL, w_lo=NULL,
+        n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS, amplitude=1.0,
+        column_step=1, half_at=0)
+    _raise_for(_engine.fill_check(&check), name)
+    cdef Py_ssize_t head_dim = cnp.PyArray_DIM(<cnp.ndarray>cos, cnp.PyArray_NDIM(cos) - 1)
+    cdef Py_ssize_t rows = size // head_dim
+    cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
+    target = np.empty((2, size), dtype=np.float64) if narrow else cos
+    cdef char* sin_data = _address(target) + size * 8 if narrow else _address(sin)
+    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(<cnp.ndarray>target)
+    cdef int store = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
+    cdef Py_ssize_t first
+    for enc, (index, _, first, step, half_at) in zip(encodings, axes):
+        axis = np.ascontiguousarray(pos[index])
+        _fill(target, sin_data + first * itemsize, <const double*>_address(axis), 0.0, rows,
+              enc, store, name, amplitude, workers, head_dim, first, step, half_at)
+    if narrow:
+        _round_into(cos, target[0])
+        _round_into(sin, target[1])
+    return None

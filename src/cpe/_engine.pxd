@@ -29,15 +29,16 @@ cdef enum:
     STORE_ROPE_INTERLEAVED = 4
 
 cdef struct fill_request:
-    # out[i] (and sin_out[i] for RoPE's stores) is the row of positions[i], or of
-    # start + i when positions is NULL; rows of `width` values, float32 when
-    # `single`, else float64.
+    # Row i of out (and of sin_out for RoPE's stores), at out + i * row_stride
+    # values, is the row of positions[i], or of start + i when positions is NULL:
+    # `width` values, float32 when `single`, else float64.
     void* out
     void* sin_out
     const double* positions
     double start
     Py_ssize_t n
     Py_ssize_t width
+    Py_ssize_t row_stride
     bint single
     # the encoding: n_freq frequencies w_hi[j] + w_lo[j]; w_max the largest
     # |w_hi[j]| (NaN if one is NaN) when known, else negative; levels NULL, or
@@ -47,9 +48,14 @@ cdef struct fill_request:
     Py_ssize_t n_freq
     double w_max
     cpe_levels* levels
-    # how a row is stored, and RoPE's factor (1 for the encodings)
+    # how a row is stored; RoPE's factor (1 for the encodings) and where its
+    # values go in a row: frequency j at column j * column_step and, "half",
+    # j * column_step + half_at too (interleaved: pair j * column_step); a whole
+    # table is column_step 1, half_at n_freq (see cpe_rows.h)
     int store
     double amplitude
+    Py_ssize_t column_step
+    Py_ssize_t half_at
 
 cdef struct row_sink:
     # Where row i of the output (and of RoPE's sin table) is built: in place

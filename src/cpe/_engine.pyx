@@ -56,14 +56,19 @@ cdef extern from "cpe_rows.h":
                                   Py_ssize_t, Py_ssize_t) noexcept nogil
     void cpe_chain_blocked_float(float*, float*, const double* const*, int,
                                  Py_ssize_t, Py_ssize_t) noexcept nogil
+    # (..., amplitude, step, half_at)
     void cpe_chain_rope_half_double(double*, double*, const double* const*, int,
-                                    Py_ssize_t, Py_ssize_t, double) noexcept nogil
+                                    Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                    Py_ssize_t) noexcept nogil
     void cpe_chain_rope_half_float(float*, float*, const double* const*, int,
-                                   Py_ssize_t, Py_ssize_t, double) noexcept nogil
+                                   Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                   Py_ssize_t) noexcept nogil
     void cpe_chain_rope_interleaved_double(double*, double*, const double* const*, int,
-                                           Py_ssize_t, Py_ssize_t, double) noexcept nogil
+                                           Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                           Py_ssize_t) noexcept nogil
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
-                                          Py_ssize_t, Py_ssize_t, double) noexcept nogil
+                                          Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                          Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -370,22 +375,25 @@ cdef inline void _store_product(floating* row, const double* a, const double* b,
 
 
 cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
-                                     const double* b, Py_ssize_t n_freq, int layout,
-                                     double amplitude) noexcept nogil:
+                                     const double* b, const fill_request* r) noexcept nogil:
     # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
-    # _store_product times amplitude, written once where they go in both tables.
+    # _store_product times the amplitude, written once where they go in both tables.
     cdef const double* rows[4]
     rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
-    if layout == CPE_LAYOUT_SIN_COS:
+    if r.store == STORE_ROPE_HALF:
         if floating is double:
-            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+                                       r.amplitude, r.column_step, r.half_at)
         else:
-            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+                                      r.amplitude, r.column_step, r.half_at)
     else:
         if floating is double:
-            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+                                              r.amplitude, r.column_step, r.half_at)
         else:
-            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, n_freq, n_freq, amplitude)
+            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+                                             r.amplitude, r.column_step, r.half_at)
 
 
 # Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
@@ -410,16 +418,17 @@ cdef inline char* _apart(char* buffer, const void* out) noexcept nogil:
 
 cdef inline int _sink_init(row_sink* r, const void* out, const void* sin_out,
                            Py_ssize_t n_rows, Py_ssize_t width, size_t itemsize,
-                           bint pairs_only) noexcept nogil:
+                           bint pairs_only, bint whole_rows) noexcept nogil:
     """Streamed when the output (both tables together) is large enough to
     stream and starts 16-byte aligned; else in place. ``pairs_only``: the rows
-    are interleaved pairs and nothing else, which may be streamed in pieces."""
+    are interleaved pairs and nothing else, which may be streamed in pieces;
+    ``whole_rows`` false: the rows are columns of wider ones, written in place."""
     r.owned = r.chunk[0] = r.chunk[1] = NULL
     r.rows = 1
     r.slot = 0
     r.row_bytes = width * <Py_ssize_t>itemsize
     r.pieces = False
-    if not (_streaming(out, n_rows, width, itemsize, sin_out)
+    if not (whole_rows and _streaming(out, n_rows, width, itemsize, sin_out)
             and (<uintptr_t>out) % 16 == 0 and (<uintptr_t>sin_out) % 16 == 0):
         return CPE_OK
     if pairs_only and r.row_bytes > _CHUNK_BYTES and r.row_bytes % 16 == 0:
@@ -684,6 +693,10 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
         return CPE_ERR_ARGUMENT
     if rope and (r.width != 2 * r.n_freq or (r.n and r.sin_out == NULL)):
         return CPE_ERR_ARGUMENT
+    if r.row_stride < r.width or r.column_step < 1 or r.half_at < 0:
+        return CPE_ERR_ARGUMENT
+    if not rope and not _whole_rows(r):  # (the encodings write whole rows)
+        return CPE_ERR_ARGUMENT
     if r.n and ((r.width and r.out == NULL)
                 or (r.n_freq and (r.w_hi == NULL or r.w_lo == NULL))):
         return CPE_ERR_ARGUMENT
@@ -700,6 +713,12 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
     return _check_request(r.positions, r.start, r.n, r.w_hi, r.n_freq, r.w_max)
 
 
+cdef inline bint _whole_rows(const fill_request* r) noexcept nogil:
+    # Rows that follow each other, their columns in the store's own order: what
+    # may be streamed, and what the encodings' stores write.
+    return r.row_stride == r.width and r.column_step == 1 and r.half_at == r.n_freq
+
+
 cdef inline Py_ssize_t _itemsize(const fill_request* r) noexcept nogil:
     return 4 if r.single else 8
 
@@ -708,7 +727,7 @@ cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first)
     # Row ``first`` of a table of the request (NULL stays NULL).
     if table == NULL:
         return NULL
-    return <char*>table + first * r.width * _itemsize(r)
+    return <char*>table + first * r.row_stride * _itemsize(r)
 
 
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
@@ -749,7 +768,7 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
                                      _rows_at(r.sin_out, r, first) if rope else NULL, count,
                                      r.width, _itemsize(r),
                                      r.store == CPE_LAYOUT_INTERLEAVED
-                                     and 2 * r.n_freq == r.width) != CPE_OK:
+                                     and 2 * r.n_freq == r.width, _whole_rows(r)) != CPE_OK:
         scratch_free(s)
         return CPE_ERR_NOMEM
     cdef double* identity = _line_start(s.owned)
@@ -819,14 +838,12 @@ cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns
                             const double* a, const double* b) noexcept nogil:
     """Row i of the part at ``out`` (and ``sin_out``), the product of the pair rows
     a and b, stored as the request's store says: the one place a store is chosen."""
-    cdef floating* row = _sink_row(sink, out, i, r.width, 0)
+    cdef floating* row = _sink_row(sink, out, i, r.row_stride, 0)
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
     if sink.pieces:
         _stream_pieces(sink, row, a, b, r.n_freq)
     elif rope:
-        _store_rope_product(row, _sink_row(sink, sin_out, i, r.width, 1), a, b, r.n_freq,
-                            CPE_LAYOUT_SIN_COS if r.store == STORE_ROPE_HALF
-                            else CPE_LAYOUT_INTERLEAVED, r.amplitude)
+        _store_rope_product(row, _sink_row(sink, sin_out, i, r.row_stride, 1), a, b, r)
     else:
         _store_product(row, a, b, c, r.width)
     _sink_row_done(sink, out, sin_out if rope else NULL, i, last, r.width)
@@ -839,8 +856,9 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
     if n == 0 or width == 0:
         return
     if n_freq == 0:
-        for i in range(n * width):
-            out[i] = 0
+        for i in range(n):
+            for j in range(width):
+                out[i * r.row_stride + j] = 0
         return
     cdef const double* w_hi = r.w_hi
     cdef const double* w_lo = r.w_lo

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, get_args, overload
 
 import numpy as np
@@ -19,6 +18,7 @@ from cpe._core import (
     as_positions,
     as_sequence,
     new_tables,
+    rope_axes,
     rope_outputs,
     rope_tables,
     written,
@@ -352,11 +352,13 @@ def rope_frequencies(
     return used.inv_freq(), used.attention_factor
 
 
-# ---- positions of several axes: tables of parts of the frequencies, side by side ----
+# ---- positions of several axes: each axis written straight into its columns ----
 
-# (the positions of one axis, the width of its table, its frequencies (None: the
-# paper's of base), the output columns of its table's columns)
-Part = tuple[npt.NDArray[Any], int, Callable[[], Any] | None, npt.NDArray[np.intp]]
+# (the index of the axis' positions, its frequencies: the even width of the
+# paper's of base, or a (2, k) array of double-doubles; its first column, the
+# step between its columns and where the second copies of its values start: see
+# cpe._core.rope_axes)
+Axis = tuple[Any, "int | npt.NDArray[np.float64]", int, int, int]
 
 
 def _multimodal(
@@ -375,35 +377,35 @@ def _multimodal(
             f"with rope_parameters['mrope_section'], got shape {positions.shape}"
         )
     half = used.width // 2
-    frequencies = functools.cache(used.double_doubles)  # made once, when a table needs them
-
-    def check() -> None:
-        # Every position is checked as the one-axis table checks it, against the
-        # largest frequency (on an axis whose section is empty too): a sliver of
-        # a table, the column of that frequency alone.
-        largest = [int(np.argmax(np.abs(frequencies()[0])))]
-
-        def given() -> npt.NDArray[np.float64]:
-            return frequencies()[:, largest]
-
-        rope_tables(positions, 2, False, 0, used.base, given, dtype, False, None, 1.0, 1)
-
-    parts: list[Part] = []
-    for axis, which in enumerate(sections_of(used) if positions.size else []):
-        if which.size:
-            # The axis' table has the columns of its frequencies, in either layout.
-            columns = (
-                np.stack([2 * which, 2 * which + 1], axis=-1).ravel()
-                if interleaved
-                else np.concatenate([which, half + which])
-            )
-
-            def given(which: npt.NDArray[np.intp] = which) -> npt.NDArray[np.float64]:
-                return frequencies()[:, which]
-
-            parts.append((positions[axis], 2 * which.size, given, columns))
     shape = (*positions.shape[1:], used.width)
-    return _side_by_side(parts, shape, used, dtype, interleaved, out, workers, check)
+    cos, sin = _outputs(shape, dtype, out)
+    axes: list[Axis] = []
+    if math.prod(shape):
+        frequencies = used.double_doubles()
+        for axis, which in enumerate(sections_of(used)):
+            for first, step, count in _runs(which):
+                w = frequencies[:, first : first + step * count : step]
+                at = 2 * first if interleaved else first
+                axes.append((axis, w, at, step, -1 if interleaved else half))
+    rope_axes(cos, sin, dtype, positions, axes, None, interleaved, used.attention_factor, workers)
+    return (cos, sin) if out is None else written(out)
+
+
+def _runs(which: npt.NDArray[np.intp]) -> list[tuple[int, int, int]]:
+    """The sorted frequency indices ``which`` as runs (first, step, count) of
+    equally spaced ones: one for a section of Qwen2-VL, at most two (every third,
+    then a contiguous tail) for those of Qwen3-VL."""
+    runs: list[tuple[int, int, int]] = []
+    k = 0
+    while k < len(which):
+        first = int(which[k])
+        step = int(which[k + 1] - which[k]) if k + 1 < len(which) else 1
+        count = 1
+        while k + count < len(which) and which[k + count] - which[k + count - 1] == step:
+            count += 1
+        runs.append((first, step, count))
+        k += count
+    return runs
 
 
 def _axial(
@@ -423,50 +425,21 @@ def _axial(
             f"n (the positions) must have a last axis of len(axes_dim) = {len(widths)}, "
             f"got shape {positions.shape}"
         )
-    offsets = np.cumsum([0, *widths])
-    parts: list[Part] = [
-        (positions[..., i], width, None, np.arange(offsets[i], offsets[i + 1]))
-        for i, width in enumerate(widths)
-    ]
-    used = Scheme(None, base, 1.0, head_dim)
-    return _side_by_side(
-        parts, (*positions.shape[:-1], head_dim), used, dtype, layout == "interleaved", out,
-        workers,
-    )  # fmt: skip
+    shape = (*positions.shape[:-1], head_dim)
+    cos, sin = _outputs(shape, dtype, out)
+    offsets = np.cumsum([0, *widths]).tolist()
+    axes: list[Axis] = [((..., i), width, offsets[i], 1, -1) for i, width in enumerate(widths)]
+    rope_axes(cos, sin, dtype, positions, axes, base, layout == "interleaved", 1.0, workers)
+    return (cos, sin) if out is None else written(out)
 
 
-def _side_by_side(
-    parts: list[Part],
-    shape: tuple[int, ...],
-    used: Scheme,
-    dtype: Any,
-    interleaved: bool,
-    out: tuple[Any, Any] | None,
-    workers: int,
-    check: Callable[[], None] = lambda: None,
-) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """The tables of ``shape`` whose columns are those of the parts' tables, each
-    the 1-D table of its axis (so every value is the one the 1-D call gives).
-    ``check`` runs once the outputs are checked or made, and every part is
-    computed before ``out`` is written."""
+def _outputs(shape: tuple[int, ...], dtype: Any, out: tuple[Any, Any] | None) -> tuple[Any, Any]:
+    """The tables of a multi-axis request: ``out`` checked, or new ones (a too
+    large output is refused with its own shape)."""
     sizes = "n (the positions) and head_dim"
     if out is not None:
-        cos, sin = rope_outputs(out, shape, dtype, sizes)
-    else:  # (first: a too large output is refused with its own shape)
-        cos, sin = new_tables(shape, dtype, sizes)
-    if math.prod(shape):
-        check()
-    tables = [
-        rope_tables(
-            axis, width, False, 0, used.base, given or (lambda: None), dtype, interleaved, None,
-            used.attention_factor, workers,
-        )
-        for axis, width, given, _ in parts
-    ]  # fmt: skip
-    for (*_, columns), (part_cos, part_sin) in zip(parts, tables, strict=True):
-        np.asarray(cos)[..., columns] = part_cos
-        np.asarray(sin)[..., columns] = part_sin
-    return (cos, sin) if out is None else written(out)
+        return rope_outputs(out, shape, dtype, sizes)
+    return new_tables(shape, dtype, sizes)
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:

@@ -322,17 +322,20 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
    (first[j] = sin, second[j] = cos: the sin_cos and cos_sin layouts, and pair
    rows); RoPE's cos (first) and sin (second) tables, each value twice, as
    [v_0 .. v_{n-1}, v_0 .. v_{n-1}] ("half") or [v_0, v_0, v_1, v_1, ...]
-   (n_pairs = n_freq = n). The two arrays never overlap: R is CPE_RESTRICT in the
+   (n_pairs = n_freq = n, below). The two arrays never overlap: R is CPE_RESTRICT in the
    inlined bodies (_impl), whose loops then vectorize without run-time overlap
    checks, and empty in the functions that call them.
    RoPE's stores multiply every value by the attention factor (amplitude) in
-   double before the one rounding to T: 1 leaves the bits of the product. Their
-   functions take it as one more parameter: kind ROPE, where the others are
-   kind PLAIN. */
+   double before the one rounding to T: 1 leaves the bits of the product. They
+   also place the values of frequency j at column j * step ("half": and
+   j * step + half_at; "interleaved": pair j * step), so that one axis of a
+   multi-axis table goes straight into its columns; a whole table is step 1,
+   half_at n_freq. Their functions take these as more parameters: kind ROPE,
+   where the others are kind PLAIN. */
 #define CPE_CHAIN_EXTRA_PARAMS_PLAIN
-#define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude
+#define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude, Py_ssize_t step, Py_ssize_t half_at
 #define CPE_CHAIN_EXTRA_ARGS_PLAIN
-#define CPE_CHAIN_EXTRA_ARGS_ROPE , amplitude
+#define CPE_CHAIN_EXTRA_ARGS_ROPE , amplitude, step, half_at
 #define CPE_CHAIN_PARAMS(T, kind, R)                                                    \
     (T *R first, T *R second, const double *const *rows, int count, Py_ssize_t n_pairs, \
      Py_ssize_t n_freq CPE_CHAIN_EXTRA_PARAMS_##kind)
@@ -343,15 +346,32 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
     CPE_CHAIN_PARAMS(T, kind, CPE_RESTRICT) {                                           \
         CPE_CHAIN_SWITCH(STORE)                                                         \
     }
+/* RoPE's: the loop with step 1 written apart, where its stores are contiguous
+   and vectorize as a whole table's. */
+#define CPE_CHAIN_STORE_ROPE(T, name, STORE)                                            \
+    CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl                                \
+    CPE_CHAIN_PARAMS(T, ROPE, CPE_RESTRICT) {                                           \
+        if (step == 1) {                                                                \
+            CPE_CHAIN_SWITCH(STORE(j))                                                  \
+        } else {                                                                        \
+            CPE_CHAIN_SWITCH(STORE(j * step))                                           \
+        }                                                                               \
+    }
+#define CPE_ROPE_HALF(T, at)                                                            \
+    (first[at] = first[half_at + (at)] = (T)(amplitude * c),                            \
+     second[at] = second[half_at + (at)] = (T)(amplitude * s))
+#define CPE_ROPE_INTERLEAVED(T, at)                                                     \
+    (first[2 * (at)] = first[2 * (at) + 1] = (T)(amplitude * c),                        \
+     second[2 * (at)] = second[2 * (at) + 1] = (T)(amplitude * s))
+#define CPE_ROPE_HALF_double(at) CPE_ROPE_HALF(double, at)
+#define CPE_ROPE_HALF_float(at) CPE_ROPE_HALF(float, at)
+#define CPE_ROPE_INTERLEAVED_double(at) CPE_ROPE_INTERLEAVED(double, at)
+#define CPE_ROPE_INTERLEAVED_float(at) CPE_ROPE_INTERLEAVED(float, at)
 #define CPE_CHAIN_STORES(T)                                                             \
     CPE_CHAIN_STORE(T, PLAIN, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c)) \
     CPE_CHAIN_STORE(T, PLAIN, blocked, (first[j] = (T)s, second[j] = (T)c))             \
-    CPE_CHAIN_STORE(T, ROPE, rope_half,                                                 \
-                    (first[j] = first[n_freq + j] = (T)(amplitude * c),                 \
-                     second[j] = second[n_freq + j] = (T)(amplitude * s)))              \
-    CPE_CHAIN_STORE(T, ROPE, rope_interleaved,                                          \
-                    (first[2 * j] = first[2 * j + 1] = (T)(amplitude * c),              \
-                     second[2 * j] = second[2 * j + 1] = (T)(amplitude * s)))
+    CPE_CHAIN_STORE_ROPE(T, rope_half, CPE_ROPE_HALF_##T)                               \
+    CPE_CHAIN_STORE_ROPE(T, rope_interleaved, CPE_ROPE_INTERLEAVED_##T)
 CPE_CHAIN_STORES(double)
 CPE_CHAIN_STORES(float)
 

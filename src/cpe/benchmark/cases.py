@@ -491,6 +491,100 @@ def rope_positions_group(shape: tuple[int, int], head_dim: int, rng: np.random.G
     )
 
 
+# Multi-axis RoPE as the models use it: Flux's axial ids of a 1024x1024 image
+# (512 text tokens at 0, then the 64x64 latent grid), and Qwen2-VL's
+# (temporal, height, width) ids of 100 text tokens and a 54x56 image.
+FLUX_AXES = (16, 56, 56)
+FLUX_THETA = 10000
+QWEN2_VL = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}
+MULTI_AXIS_HEAD_DIM = 128
+MODULE = "the model's own module"
+
+
+def flux_ids(offset: int) -> np.ndarray:
+    """(4608, 3) float ids: 512 text tokens, then the 64x64 grid from ``offset``."""
+    grid = np.stack(np.meshgrid(np.arange(64), np.arange(64), indexing="ij"), -1).reshape(-1, 2)
+    image = np.concatenate([np.zeros((4096, 1)), grid + offset], axis=1)
+    return np.concatenate([np.zeros((512, 3)), image]).astype(np.float64)
+
+
+def qwen2_vl_ids(offset: int) -> np.ndarray:
+    """(3, 1, 3124) int ids: 100 text tokens from ``offset``, then a 54x56 image."""
+    text = np.broadcast_to(np.arange(offset, offset + 100), (3, 100))
+    rows, columns = np.meshgrid(np.arange(54), np.arange(56), indexing="ij")
+    image = np.stack([np.zeros(54 * 56, np.int64), rows.ravel(), columns.ravel()]) + offset + 100
+    return np.concatenate([text, image], axis=1)[:, None, :]
+
+
+def _model_module(model: str) -> tuple[Any, Any] | None:
+    """The model's rotary module (see usual_torch.model_module), or None."""
+    try:
+        from cpe.benchmark.usual_torch import model_module
+
+        return model_module(model, MULTI_AXIS_HEAD_DIM, FLUX_THETA, FLUX_AXES, QWEN2_VL)
+    except ImportError:
+        return None
+
+
+def multi_axis_group(model: str, rng: np.random.Generator) -> Group:
+    """float32 (cos, sin) of one request's multi-axis ids: cpe, the one-axis table of
+    as many rows (the throughput to match), and the model's own rotary module
+    (diffusers' FluxPosEmbed, transformers' Qwen2-VL rotary embedding) when it
+    is installed, called as the model calls it (its tensors from NumPy's ids)."""
+    offsets = rng.integers(0, 1024, TABLE_STARTS).tolist()
+    names: dict[str, Any] = {
+        "cpe_rope": cpe.rope_cos_sin,
+        "head_dim": MULTI_AXIS_HEAD_DIM,
+        "float32": np.float32,
+        "axes_dim": FLUX_AXES,
+        "qwen2_vl": QWEN2_VL,
+    }
+    if model == "flux":
+        args = [flux_ids(offset) for offset in offsets[:POSITION_ARRAYS]]
+        cpe_stmt = (
+            "cpe_rope(arg, head_dim, axes_dim=axes_dim, base=10000.0, layout='interleaved',"
+            " dtype=float32)"
+        )
+        rows, layout = 4608, "interleaved"
+    else:
+        args = [qwen2_vl_ids(offset) for offset in offsets[:POSITION_ARRAYS]]
+        cpe_stmt = "cpe_rope(arg, head_dim, rope_parameters=qwen2_vl, dtype=float32)"
+        rows, layout = 3124, "half"
+    names["rows"], names["layout"] = rows, layout
+    competitors = [
+        Competitor(CPE, "cpe", cpe_stmt),
+        Competitor(
+            CPE_TABLE_SAME_VALUES,
+            "cpe",
+            "cpe_rope(rows, head_dim, base=10000.0, layout=layout, dtype=float32)",
+        ),
+    ]
+    module = _model_module(model)
+    if module is not None:  # (its package is installed)
+        names["module"], names["torch_ids"] = module
+        # transformers computes its angles in float32: off by up to a few ulp of
+        # the largest angle (here ~1e3 rad).
+        atol = 1e-6 if model == "flux" else 2e-4
+        competitors.append(Competitor(MODULE, "rival", "module(torch_ids(arg))", atol))
+    return Group(
+        kind="multi-axis rope",
+        name=f"multi-axis rope {model}",
+        section=(
+            "multi-axis RoPE (rope_cos_sin with axes_dim or mrope_section), float32: "
+            "time per request"
+        ),
+        column=f"{model} {rows} tokens",
+        params={"model": model, "rows": rows, "head_dim": MULTI_AXIS_HEAD_DIM},
+        names=names,
+        args=args,
+        competitors=competitors,
+        ratios=[
+            *_rivals_over_cpe(competitors),
+            Ratio(CPE, CPE_TABLE_SAME_VALUES),
+        ],
+    )
+
+
 def workers_name(workers: int, out: bool) -> str:
     """The label of cpe's new (or out=) table at ``workers``."""
     return f"cpe{' out=' if out else ''} workers={workers}"

@@ -31,6 +31,7 @@ from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
     argument_forms_group,
     grid_group,
+    multi_axis_group,
     positions_group,
     rope_group,
     rope_positions_group,
@@ -43,7 +44,7 @@ from cpe.benchmark.environment import describe_environment
 from cpe.benchmark.report import TargetCheck, format_report, report_json
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
-# rope: tables and ids; workers: tables filled by several threads
+# rope: tables, ids and multi-axis ids; workers: tables filled by several threads
 KINDS = ("single", "table", "positions", "grid", "rope", "workers", "cold")
 ROPE_POSITIONS_HEAD_DIM = 128  # Llama's
 DTYPES = (np.float64, np.float32)
@@ -251,6 +252,7 @@ def build_groups(
             rope_positions_group(shape, ROPE_POSITIONS_HEAD_DIM, rng)
             for shape in plan.rope_position_shapes
         ]
+        groups += [multi_axis_group(model, rng) for model in ("flux", "qwen2_vl")]
     if "workers" in kinds:
         groups += [workers_group(n, D, rng) for n, D in plan.workers_tables]
     return groups
