@@ -150,3 +150,29 @@ def test_the_scheme_cache_is_bounded_in_bytes(calls):
     # with 4096-entry factor lists 73 MiB for 64: the schemes' cache was bounded
     # by its count of entries, not their bytes.
     assert kept_bytes(calls) < 8 * 2**20  # the schemes' budget and the encodings'
+
+
+class Fickle:
+    """An integer that is another one each time it is read."""
+
+    def __init__(self, *values: int) -> None:
+        self.values = list(values)
+        self.reads = 0
+
+    def __index__(self) -> int:
+        self.reads += 1
+        return self.values[min(self.reads, len(self.values)) - 1]
+
+
+def test_a_count_and_a_start_are_read_once():
+    # n and start were read three times (to tell a count from positions, for the
+    # dynamic scheme's request length, for the table): an n that said 16, then
+    # 100000, gave a 100,000-row table scaled for a length of 16.
+    dynamic = {"rope_type": "dynamic", "factor": 4.0}
+    n, start = Fickle(16, 100000), Fickle(3, 5000)
+    got = cpe.rope_cos_sin(n, 8, start=start, rope_parameters=dynamic,
+                           max_position_embeddings=8)  # fmt: skip
+    expected = cpe.rope_cos_sin(16, 8, start=3, rope_parameters=dynamic,
+                                max_position_embeddings=8)  # fmt: skip
+    assert (n.reads, start.reads) == (1, 1)
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]

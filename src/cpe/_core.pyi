@@ -1,4 +1,4 @@
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
@@ -135,27 +135,19 @@ def axis_encoding(
 def as_positions(position: object, name: str) -> npt.NDArray[Any]: ...
 def written(out: _T) -> _T: ...
 def paper_frequencies(width: int, base: float, name: str) -> npt.NDArray[np.float64]: ...
-def rope_axes(
+def rope_tables(
+    out: tuple[object, object] | None, shape: tuple[int, ...], dt: np.dtype[Any], sizes: str
+) -> tuple[Any, Any]: ...
+def rope_fill(
     cos: Any,
     sin: Any,
     dt: np.dtype[Any],
-    positions: npt.NDArray[Any],
+    positions: npt.NDArray[Any] | None,
+    start: float,
     axes: list[Any],
     base: object,
     interleaved: bool,
     amplitude: float,
     workers: int,
+    name: str,
 ) -> None: ...
-def rope_tables(
-    n: object,
-    head_dim: int,
-    counted: bool,
-    start: object,
-    base: object,
-    given: Callable[[], npt.NDArray[np.float64] | None],
-    dt: np.dtype[Any],
-    interleaved: bool,
-    out: tuple[object, object] | None,
-    amplitude: float,
-    workers: int,
-) -> tuple[Any, Any]: ...

@@ -1448,17 +1448,6 @@ cpdef object table_start(start, Py_ssize_t rows):
     return first
 
 
-cdef _Encoding _rope_encoding(Py_ssize_t width, double base, given, bint needed):
-    """RoPE's encoding, None when not ``needed``: of the frequencies that the
-    function ``given`` returns (see _given_encoding), called only when ``needed``,
-    or when it returns None, of the paper's frequencies of ``base``."""
-    if not needed:
-        return None
-    w = given()
-    return _encoding(width, base, 1.0, None, None, None, True, NULL) if w is None else (
-        _given_encoding(width, w))
-
-
 cpdef tuple rope_outputs(tuple out, tuple shape, dt, str sizes):
     """RoPE's two arrays ``out = (cos, sin)``, each checked as any ``out=`` under its
     own name, and not sharing memory."""
@@ -1492,69 +1481,39 @@ cpdef tuple new_tables(tuple shape, dt, str sizes):
     return both[:count].reshape(shape), both[stride:stride + count].reshape(shape)
 
 
-def rope_tables(n, Py_ssize_t head_dim, bint counted, start, base, given, dt, bint interleaved,
-                out, double amplitude, Py_ssize_t workers):
-    """RoPE's ``cos`` and ``sin`` tables, their values times ``amplitude``: when
-    ``counted``, of the positions ``start, start + 1, ..., start + n - 1`` (n, then
-    out before any size, then start and base as positional_encoding_table checks
-    them), else of the positions ``n``, of any shape (base, positions, out; ``start``
-    is not read). The frequencies are those the function ``given`` returns (see
-    _rope_encoding); up to ``workers`` threads fill large tables (see _fill).
-
-    For cpe._rope, which has checked ``head_dim`` (even, >= 2), ``dt`` (one of
-    as_dtype's) and that ``out`` is None or a tuple of two. The caller's arrays are
-    checked before any position is converted or copied. Without them both tables
-    share one allocation (see new_tables).
-    """
-    cdef double b, first = 0.0
-    cdef Py_ssize_t count
-    if counted:
-        count = as_count(n, "n", 0)
-        shape, sizes, name = (count, head_dim), "n and head_dim", "start and n"
-        if out is not None:
-            cos, sin = rope_outputs(out, shape, dt, sizes)
-        first = table_start(start, count)
-        b = as_positive(base, "base")
-    else:
-        b = as_positive(base, "base")
-        name = "n (the positions)"
-        arr = as_positions(n, name)
-        count = arr.size
-        shape, sizes = arr.shape + (head_dim,), f"{name} and head_dim"
-        if out is not None:
-            cos, sin = rope_outputs(out, shape, dt, sizes)
-    # Also with out=: the float64 rows of float16 or bfloat16 tables may not fit.
+cpdef tuple rope_tables(out, tuple shape, dt, str sizes):
+    """RoPE's two tables of ``shape``: ``out`` checked (see rope_outputs), or new
+    ones (see new_tables), ``sizes`` naming the arguments that set the shape.
+    float16 and bfloat16 tables are refused when their float64 rows would not
+    fit, with out= too."""
+    if out is not None:
+        cos, sin = rope_outputs(out, shape, dt, sizes)
     if dt is not _FLOAT64 and dt is not _FLOAT32 and _too_large((2,) + shape, dt):
         raise ValueError(f"{sizes}: the output of shape {(2,) + shape} is too large to allocate")
     if out is None:
         cos, sin = new_tables(shape, dt, sizes)
-    cdef _Encoding enc = _rope_encoding(head_dim, b, given, count != 0)
-    cdef int layout = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
-    cdef const double* positions = NULL
-    if not counted and count:
-        pos = _positions_float64(arr, name)
-        positions = <const double*>_address(pos)
-    _encode(cos, dt, positions, first, count, enc, layout, name, workers, sin, amplitude)
-    return (cos, sin) if out is None else written(out)  # (out= itself: tensors, say)
+    return cos, sin
 
 
-def rope_axes(cos, sin, dt, positions, list axes, base, bint interleaved, double amplitude,
-              Py_ssize_t workers):
-    """Multi-axis RoPE: the checked tables ``cos`` and ``sin`` (of shape (...,
-    head_dim), dtype ``dt``) filled axis by axis, each axis written straight into
-    its columns, every value the one the one-axis table of that axis gives.
+def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint interleaved,
+              double amplitude, Py_ssize_t workers, str name):
+    """RoPE: the checked tables ``cos`` and ``sin`` (of shape (..., head_dim),
+    dtype ``dt``) filled axis by axis, each axis written straight into its
+    columns, every value the one the one-axis table of that axis gives.
 
-    ``positions``: the array as_positions returned, of every axis; they are
-    checked once, all of them, against the largest frequency of any axis, before
-    anything is written. Each of ``axes`` is (index, frequencies, first,
-    column_step, half_at): the positions of the axis are ``positions[index]``;
-    ``frequencies`` is an even width (the paper's frequencies of ``base``, checked
-    here) or a (2, k) array of double-doubles (see _given_encoding); its values
-    go to the columns of fill_request's ``column_step`` and ``half_at`` (-1: a
-    whole table's) from column ``first``. Up to ``workers`` threads fill large
-    axes (see _fill).
+    ``positions``: the array as_positions returned, of every axis, or None for a
+    table of consecutive positions from ``start`` (integral, checked by
+    table_start); they are checked once, all of them, against the largest
+    frequency of any axis, before anything is written, with the errors of
+    ``name``. Each of ``axes`` is (index, frequencies, first, column_step,
+    half_at): the positions of the axis are ``positions[index]`` (index None:
+    all of them); ``frequencies`` is an even width (the paper's frequencies of
+    ``base``, checked here) or a (2, k) array of double-doubles (see
+    _given_encoding); its values go to the columns of fill_request's
+    ``column_step`` and ``half_at`` (-1: a whole table's) from column ``first``.
+    Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
+    _fill).
     """
-    name = "n (the positions)"
     cdef double b = as_positive(base, "base") if base is not None else 1.0
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
     if size == 0:
@@ -1566,25 +1525,32 @@ def rope_axes(cos, sin, dt, positions, list axes, base, bint interleaved, double
     cdef double w_max = 0.0
     for enc in encodings:
         w_max = max(w_max, enc.w_max)
-    pos = _positions_float64(positions, name)
-    cdef fill_request check = fill_request(
-        out=NULL, sin_out=NULL, positions=<const double*>_address(pos), start=0.0,
-        n=cnp.PyArray_SIZE(pos), width=0, row_stride=0, single=False, w_hi=NULL, w_lo=NULL,
-        n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS, amplitude=1.0,
-        column_step=1, half_at=0)
-    _raise_for(_engine.fill_check(&check), name)
     cdef Py_ssize_t head_dim = cnp.PyArray_DIM(<cnp.ndarray>cos, cnp.PyArray_NDIM(cos) - 1)
     cdef Py_ssize_t rows = size // head_dim
+    pos = None if positions is None else _positions_float64(positions, name)
+    cdef const double* all_positions = NULL
+    if pos is not None:
+        all_positions = <const double*>_address(pos)
+    cdef fill_request check = fill_request(
+        out=NULL, sin_out=NULL, positions=all_positions, start=start,
+        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, single=False,
+        w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
+        amplitude=1.0, column_step=1, half_at=0)
+    _raise_for(_engine.fill_check(&check), name)
     cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
     target = np.empty((2, size), dtype=np.float64) if narrow else cos
     cdef char* sin_data = _address(target) + size * 8 if narrow else _address(sin)
     cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(<cnp.ndarray>target)
     cdef int store = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
     cdef Py_ssize_t first
+    cdef const double* axis_positions
     for enc, (index, _, first, step, half_at) in zip(encodings, axes):
-        axis = np.ascontiguousarray(pos[index])
-        _fill(target, sin_data + first * itemsize, <const double*>_address(axis), 0.0, rows,
-              enc, store, name, amplitude, workers, head_dim, first, step, half_at)
+        axis = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
+        axis_positions = NULL
+        if axis is not None:
+            axis_positions = <const double*>_address(axis)
+        _fill(target, sin_data + first * itemsize, axis_positions, start, rows, enc, store,
+              name, amplitude, workers, head_dim, first, step, half_at)
     if narrow:
         _round_into(cos, target[0])
         _round_into(sin, target[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex, TypeGuard, get_args, overload
+from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -16,11 +16,11 @@ from cpe._core import (
     as_dtype,
     as_integer,
     as_positions,
+    as_positive,
     as_sequence,
-    new_tables,
-    rope_axes,
-    rope_outputs,
+    rope_fill,
     rope_tables,
+    table_start,
     written,
 )
 from cpe._scaling import Scheme, scheme, sections_of
@@ -223,24 +223,28 @@ def rope_cos_sin(
         raise TypeError("n must be an integer or an array of positions, got bool")
     if out is not None and (type(out) is not tuple or len(out) != 2):
         raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
-    # The RoPE kernel writes both tables at once, from consecutive positions or
-    # from any; float16 tables take float64 rows rounded once.
-    counted = _is_count(n)
+    # n is read once: a count of rows (an integer scalar), or positions.
+    count, positions = _count_or_positions(n)
     if axes_dim is not None:
         if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
                 and seq_len is None):  # fmt: skip
             raise TypeError("axes_dim gives each axis the frequencies of base: it cannot be "
                             "combined with rope_parameters, inv_freq, max_position_embeddings "
                             "or seq_len")  # fmt: skip
-        if counted:
+        if positions is None:
             raise TypeError(
                 "n must be an array of positions of shape (..., len(axes_dim)) with axes_dim, "
                 "got an integer"
             )
         _check_no_offset(start)
         return _axial(
-            n, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out, threads
+            positions, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out, threads
         )
+    first = 0
+    if count is not None:
+        first = table_start(start, count)
+    else:
+        _check_no_offset(start)
     if inv_freq is not None:
         if rope_parameters is not None:
             raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
@@ -257,25 +261,27 @@ def rope_cos_sin(
             rope_parameters,
             max_position_embeddings,
             seq_len,
-            lambda: _length(n, start, counted),
+            lambda: _length(count, positions, first),
         )
-    if not counted:
-        _check_no_offset(start)
-        if used.sections is not None:
-            return _multimodal(n, used, output_dtype, layout == "interleaved", out, threads)
-    return rope_tables(
-        n,
-        used.width,
-        counted,
-        start,
-        used.base,
-        used.frequencies,
-        output_dtype,
-        layout == "interleaved",
-        out,
-        used.attention_factor,
-        threads,
-    )
+    interleaved = layout == "interleaved"
+    if positions is not None and used.sections is not None:
+        return _multimodal(positions, used, output_dtype, interleaved, out, threads)
+    # One table, whose (used.width) columns are all one axis': the frequencies are
+    # made once its sizes are checked, if it has any rows.
+    b = as_positive(used.base, "base")
+    if count is not None:
+        shape, sizes, name = (count, used.width), "n and head_dim", "start and n"
+    else:
+        assert positions is not None
+        shape, sizes = (*positions.shape, used.width), "n (the positions) and head_dim"
+        name = "n (the positions)"
+    cos, sin = rope_tables(out, shape, output_dtype, sizes)
+    rows = math.prod(shape[:-1])
+    w = used.frequencies() if rows else None
+    frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
+    rope_fill(cos, sin, output_dtype, positions, float(first), [(None, frequencies, 0, 1, -1)],
+              b, interleaved, used.attention_factor, threads, name)  # fmt: skip
+    return (cos, sin) if out is None else written(out)
 
 
 def rope_frequencies(
@@ -357,12 +363,12 @@ def rope_frequencies(
 # (the index of the axis' positions, its frequencies: the even width of the
 # paper's of base, or a (2, k) array of double-doubles; its first column, the
 # step between its columns and where the second copies of its values start: see
-# cpe._core.rope_axes)
+# cpe._core.rope_fill)
 Axis = tuple[Any, "int | npt.NDArray[np.float64]", int, int, int]
 
 
 def _multimodal(
-    n: Any,
+    positions: npt.NDArray[Any],
     used: Scheme,
     dtype: Any,
     interleaved: bool,
@@ -370,7 +376,6 @@ def _multimodal(
     workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
-    positions = as_positions(n, "n (the positions)")
     if positions.ndim == 0 or positions.shape[0] != 3:
         raise ValueError(
             "n (the positions) must have a leading axis of 3 (temporal, height, width) "
@@ -378,7 +383,7 @@ def _multimodal(
         )
     half = used.width // 2
     shape = (*positions.shape[1:], used.width)
-    cos, sin = _outputs(shape, dtype, out)
+    cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
     axes: list[Axis] = []
     if math.prod(shape):
         frequencies = used.double_doubles()
@@ -387,7 +392,19 @@ def _multimodal(
                 w = frequencies[:, first : first + step * count : step]
                 at = 2 * first if interleaved else first
                 axes.append((axis, w, at, step, -1 if interleaved else half))
-    rope_axes(cos, sin, dtype, positions, axes, None, interleaved, used.attention_factor, workers)
+    rope_fill(
+        cos,
+        sin,
+        dtype,
+        positions,
+        0.0,
+        axes,
+        None,
+        interleaved,
+        used.attention_factor,
+        workers,
+        "n (the positions)",
+    )
     return (cos, sin) if out is None else written(out)
 
 
@@ -409,7 +426,7 @@ def _runs(which: npt.NDArray[np.intp]) -> list[tuple[int, int, int]]:
 
 
 def _axial(
-    n: Any,
+    positions: npt.NDArray[Any],
     head_dim: int,
     widths: list[int],
     base: Any,
@@ -419,27 +436,29 @@ def _axial(
     workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Axial RoPE: axis ``i`` of the positions with frequencies of width ``widths[i]``."""
-    positions = as_positions(n, "n (the positions)")
     if positions.ndim == 0 or positions.shape[-1] != len(widths):
         raise ValueError(
             f"n (the positions) must have a last axis of len(axes_dim) = {len(widths)}, "
             f"got shape {positions.shape}"
         )
     shape = (*positions.shape[:-1], head_dim)
-    cos, sin = _outputs(shape, dtype, out)
+    cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
     offsets = np.cumsum([0, *widths]).tolist()
     axes: list[Axis] = [((..., i), width, offsets[i], 1, -1) for i, width in enumerate(widths)]
-    rope_axes(cos, sin, dtype, positions, axes, base, layout == "interleaved", 1.0, workers)
+    rope_fill(
+        cos,
+        sin,
+        dtype,
+        positions,
+        0.0,
+        axes,
+        base,
+        layout == "interleaved",
+        1.0,
+        workers,
+        "n (the positions)",
+    )
     return (cos, sin) if out is None else written(out)
-
-
-def _outputs(shape: tuple[int, ...], dtype: Any, out: tuple[Any, Any] | None) -> tuple[Any, Any]:
-    """The tables of a multi-axis request: ``out`` checked, or new ones (a too
-    large output is refused with its own shape)."""
-    sizes = "n (the positions) and head_dim"
-    if out is not None:
-        return rope_outputs(out, shape, dtype, sizes)
-    return new_tables(shape, dtype, sizes)
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
@@ -482,18 +501,13 @@ def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
     return Scheme(lambda: (w, np.zeros_like(w)), base, 1.0, head_dim)
 
 
-def _length(n: Any, start: Any, counted: bool) -> float | None:
+def _length(count: int | None, positions: npt.NDArray[Any] | None, first: int) -> float | None:
     """The request's sequence length, as transformers' dynamic update takes it: the
-    largest position + 1 (None when there is none, or when the arguments are
+    largest position + 1 (None when there is none, or when the positions are
     refused later, with their errors)."""
-    try:
-        if counted:
-            return float(as_integer(start, "start") + operator.index(n))
-        positions = as_positions(n, "n")
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if positions.dtype.kind not in "iuf":  # (complex, bool, objects: refused later)
-        return None
+    if positions is None:
+        assert count is not None
+        return float(first + count)
     largest = float(positions.max()) if positions.size else math.nan
     return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
 
@@ -517,19 +531,22 @@ def _check_no_offset(start: Any) -> None:
         )
 
 
-def _is_count(n: Any) -> TypeGuard[int]:
-    """An integer scalar (a row count), as opposed to an array of positions."""
-    if type(n) is int:  # the usual count, at once (np.ndim costs ~1 us)
-        return True
+def _count_or_positions(n: Any) -> tuple[int | None, npt.NDArray[Any] | None]:
+    """``n`` read once: ``(count, None)`` for an integer scalar (a count of rows,
+    checked), else ``(None, positions)`` (as_positions: not yet scanned)."""
+    if type(n) is int:  # the usual count, at once
+        return as_count(n, "n", 0), None
     if isinstance(n, (bool, np.bool_)):
-        return False
+        raise TypeError("n must be an integer or an array of positions, got bool")
     try:
-        if np.ndim(n) != 0:
-            return False
-    except ValueError:  # a ragged sequence: not a count (positional_encoding says why)
-        return False
-    try:
-        operator.index(n)
-    except TypeError:
-        return False
-    return True
+        scalar = np.ndim(n) == 0
+    except ValueError:  # a ragged sequence: positions, which as_positions refuses
+        scalar = False
+    if scalar:
+        try:
+            index = operator.index(n)
+        except TypeError:  # a real number: a position
+            index = None
+        if index is not None:
+            return as_count(index, "n", 0), None
+    return None, as_positions(n, "n (the positions)")

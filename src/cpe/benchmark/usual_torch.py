@@ -40,9 +40,12 @@ def model_module(
     from transformers import Qwen2VLConfig
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 
-    config = Qwen2VLConfig(
-        hidden_size=head_dim * 2, num_attention_heads=2, rope_parameters=qwen2_vl
-    ).get_text_config()
+    settings: dict[str, Any] = {
+        "hidden_size": head_dim * 2,
+        "num_attention_heads": 2,
+        "rope_parameters": qwen2_vl,
+    }
+    config: Any = Qwen2VLConfig(**settings).get_text_config()
     rotary = Qwen2VLRotaryEmbedding(config)
     x = torch.zeros((), dtype=torch.float32)  # (only its dtype and device are read)
 
