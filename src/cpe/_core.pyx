@@ -921,6 +921,24 @@ cpdef object paper_frequencies(Py_ssize_t width, double base, str name):
     return _encoding(width, base, 1.0, None, None, None, True, NULL).frequencies
 
 
+def blend_frequencies(w, divisor, weight, kept):
+    """The double-doubles ``w`` (hi and lo rows, float64) changed as RoPE's
+    scaling schemes change them: ``w / divisor * weight + w * kept``, elementwise
+    (each a number or one per frequency), in the engine's double-double
+    arithmetic; a new (2, n) array."""
+    cdef cnp.ndarray result = np.array(w, dtype=np.float64, order="C", ndmin=2)
+    cdef Py_ssize_t n = result.shape[1]
+    if result.shape[0] != 2:
+        raise ValueError("w must be hi and lo rows")
+    factors = [np.ascontiguousarray(np.broadcast_to(np.asarray(f, dtype=np.float64), (n,)))
+               for f in (divisor, weight, kept)]
+    cdef double* hi = <double*>_address(result)
+    _engine.blend_frequencies(hi, hi + n, <const double*>_address(factors[0]),
+                              <const double*>_address(factors[1]),
+                              <const double*>_address(factors[2]), n)
+    return result
+
+
 cdef object _aligned_rows(tuple shape):
     """``np.empty(shape)`` of float64 whose data starts on a 64-byte boundary.
 

@@ -77,6 +77,9 @@ cdef struct fill_scratch:
 
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                      double base, double exponent_den, double scale) noexcept nogil
+cdef void blend_frequencies(double* w_hi, double* w_lo, const double* divisor,
+                            const double* weight, const double* kept,
+                            Py_ssize_t n_freq) noexcept nogil
 cdef int fill_check(const fill_request* r) noexcept nogil
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
                      fill_scratch* s) noexcept nogil

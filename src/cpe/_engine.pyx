@@ -294,6 +294,21 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
     return CPE_OK
 
 
+cdef void blend_frequencies(double* w_hi, double* w_lo, const double* divisor,
+                            const double* weight, const double* kept,
+                            Py_ssize_t n_freq) noexcept nogil:
+    """w_j <- w_j / divisor[j] * weight[j] + w_j * kept[j], in double-double: every
+    RoPE scaling scheme's change of the frequencies (a division by a factor, or a
+    blend of the divided and the kept frequencies)."""
+    cdef Py_ssize_t j
+    cdef dd w, result
+    for j in range(n_freq):
+        w = dd(hi=w_hi[j], lo=w_lo[j])
+        result = _dd_add(_dd_mul_d(_dd_div_d(w, divisor[j]), weight[j]), _dd_mul_d(w, kept[j]))
+        w_hi[j] = result.hi
+        w_lo[j] = result.lo
+
+
 # ---- layouts ----
 
 cdef struct columns:

@@ -3,9 +3,10 @@
 Each scheme of transformers' ``ROPE_INIT_FUNCTIONS`` is the paper's frequencies
 ``w_j = theta ** (-2j / dim)`` divided or blended by a few numbers of the config.
 Here ``w_j`` is a double-double (cpe's own frequencies) and every division,
-product and sum that involves it is carried out in double-double arithmetic, so
-the frequencies keep about 106 bits; the numbers of the config (factors, ramps,
-the smooth blend) are formed in float64 as the formulas state them.
+product and sum that involves it is carried out in the engine's double-double
+arithmetic (``_core.blend_frequencies``), so the frequencies keep about 106
+bits; the numbers of the config (factors, ramps, the smooth blend) are formed in
+float64 as the formulas state them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cpe._core import (
     as_positive,
     as_real,
     as_sequence,
+    blend_frequencies,
     paper_frequencies,
 )
 
@@ -41,7 +43,8 @@ _KEYS = frozenset({
 # Older configs' names of a scheme: Qwen2-VL's "mrope" is the default frequencies.
 _ALIASES = {"mrope": "default"}
 
-DD = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+# Double-doubles: a (2, n) float64 array of hi and lo rows.
+DD = npt.NDArray[np.float64]
 
 # The schemes read, by the bytes of their inputs (see _key), and their frequencies,
 # by b"w" and the same bytes: the same inputs give the same scheme and
@@ -85,7 +88,7 @@ class Scheme:
         if kept is not None:
             return kept  # type: ignore[no-any-return]
         with np.errstate(all="ignore"):  # a frequency beyond the range is refused below
-            frequencies = np.stack(self.make())
+            frequencies = np.array(self.make())
         if not np.all(np.isfinite(frequencies)):
             raise ValueError("rope_parameters give frequencies beyond the range of a double")
         frequencies.flags.writeable = False
@@ -103,62 +106,6 @@ class Scheme:
     def inv_freq(self) -> npt.NDArray[np.float64]:
         """The frequencies rounded to float64 (a new array)."""
         return np.array(self.double_doubles()[0], dtype=np.float64)
-
-
-# ---- double-double arithmetic on arrays (Dekker; error-free sums and products) ----
-
-
-def _two_sum(a: Any, b: Any) -> DD:
-    s = a + b
-    v = s - a
-    return s, (a - (s - v)) + (b - v)
-
-
-def _split(a: Any) -> DD:
-    # Values beyond 2**996 are split scaled down, so that 2**27 * a stays finite.
-    big = np.abs(a) > 2.0**996
-    a = np.where(big, a * 2.0**-28, a)
-    t = 134217729.0 * a  # 2**27 + 1
-    hi = t - (t - a)
-    lo = a - hi
-    return np.where(big, hi * 2.0**28, hi), np.where(big, lo * 2.0**28, lo)
-
-
-def _two_prod(a: Any, b: Any) -> DD:
-    p = a * b
-    a_hi, a_lo = _split(a)
-    b_hi, b_lo = _split(b)
-    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
-
-
-def _normalized(hi: Any, lo: Any) -> DD:
-    s = hi + lo
-    return s, lo - (s - hi)
-
-
-def _times(w: DD, b: Any) -> DD:
-    """The double-double ``w`` times the float64 ``b`` (a scalar or per frequency)."""
-    p, e = _two_prod(w[0], b)
-    return _normalized(p, e + w[1] * b)
-
-
-def _over(w: DD, b: Any) -> DD:
-    """The double-double ``w`` divided by the float64 ``b``."""
-    q = w[0] / b
-    p, e = _two_prod(q, b)
-    return _normalized(q, (((w[0] - p) - e) + w[1]) / b)
-
-
-def _plus(x: DD, y: DD) -> DD:
-    s, e = _two_sum(x[0], y[0])
-    return _normalized(s, e + x[1] + y[1])
-
-
-def _interpolated(w: DD, factor: float, weight: Any, kept: Any) -> DD:
-    """``w / factor * weight + w * kept``: yarn's and llama3's blend of the
-    interpolated (``w / factor``) and the kept frequencies, with the weights per
-    frequency as each formula forms them."""
-    return _plus(_times(_over(w, factor), weight), _times(w, kept))
 
 
 # ---- reading rope_parameters ----
@@ -419,7 +366,7 @@ def _frequencies(
         factor = read.real("factor", positive=True)
 
         def blend(w: DD) -> DD:
-            return _over(w, factor)
+            return blend_frequencies(w, factor, 1.0, 0.0)
     elif rope_type == "dynamic":
         return Scheme(_dynamic(read, dim, theta, mpe, length), theta, 1.0, dim)
     elif rope_type == "yarn":
@@ -432,8 +379,7 @@ def _frequencies(
 
 
 def _paper(dim: int, theta: float) -> DD:
-    w = paper_frequencies(dim, theta, "head_dim")
-    return w[0].copy(), w[1].copy()
+    return paper_frequencies(dim, theta, "head_dim")
 
 
 def _original(read: _Parameters, mpe: int | None) -> float:
@@ -534,7 +480,8 @@ def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[B
 
     def blend(w: DD) -> DD:
         ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-        return _interpolated(w, factor, ramp, 1.0 - ramp)  # ramp 1: interpolated
+        # ramp 1: interpolated (w / factor), 0: kept
+        return blend_frequencies(w, factor, ramp, 1.0 - ramp)
 
     return blend, attention_factor
 
@@ -570,7 +517,7 @@ def _longrope(
             )
         else:
             attention_factor = math.sqrt(1 + math.log(factor) / math.log(original))
-    return (lambda w: _over(w, factors)), attention_factor
+    return (lambda w: blend_frequencies(w, factors, 1.0, 0.0)), attention_factor
 
 
 def _llama3(read: _Parameters, mpe: int | None) -> Blend:
@@ -594,7 +541,7 @@ def _llama3(read: _Parameters, mpe: int | None) -> Blend:
             0.0,
             np.where(wavelen < original / high_freq_factor, 1.0, smooth),
         )
-        return _interpolated(w, factor, 1.0 - smooth, smooth)
+        return blend_frequencies(w, factor, 1.0 - smooth, smooth)
 
     return blend
 
@@ -606,9 +553,7 @@ def _proportional(read: _Parameters, head_dim: int, fraction: float) -> Blend:
     factor = read.real("factor", 1.0, positive=True)
 
     def blend(w: DD) -> DD:
-        hi, lo = w
-        hi[rotated:] = 0.0
-        lo[rotated:] = 0.0
-        return _over((hi, lo), factor)
+        kept = np.arange(w.shape[1]) < rotated  # (the others: zero)
+        return blend_frequencies(w, factor, kept, 0.0)
 
     return blend
