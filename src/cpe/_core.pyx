@@ -395,8 +395,7 @@ cdef object _positions_float64(arr, str name):
     # Floats are checked for NaN/inf by the kernel, before it writes anything; a
     # long double beyond the float64 range becomes inf here, and a float32
     # signalling NaN a quiet one, without a warning. Integers and float64 raise no
-    # floating-point flag on the way, and np.errstate costs ~1 us, more than the
-    # rest of a call for a few positions.
+    # floating-point flag on the way: only narrower floats pay for np.errstate.
     # (np.asarray(arr, np.float64, order="C") without its Python call, and aligned.)
     cdef int flags = (cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED
                       | cnp.NPY_ARRAY_FORCECAST | cnp.NPY_ARRAY_ENSURECOPY)
@@ -407,11 +406,15 @@ cdef object _positions_float64(arr, str name):
     else:
         pos = cnp.PyArray_FROMANY(arr, cnp.NPY_FLOAT64, 0, 0, flags)
     # 64-bit integers of magnitude >= 2**53 become doubles >= 2**53, so only then
-    # are the integers themselves compared (NumPy's max and min cost ~1 us each,
-    # more than the rest of a call for a few positions).
+    # are the integers themselves compared (a scan of the doubles is cheaper than
+    # NumPy's max and min), in a private copy of them from which the doubles are
+    # made again: the values checked are the values encoded, whatever another
+    # thread writes into the caller's array meanwhile.
     if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
-        if arr.max() > _EXACT_LIMIT or (kind == "i" and arr.min() < -_EXACT_LIMIT):
+        integers = np.array(arr, order="C")
+        if integers.max() > _EXACT_LIMIT or (kind == "i" and integers.min() < -_EXACT_LIMIT):
             raise ValueError(f"{name} must be integers of magnitude <= 2**53")
+        pos = cnp.PyArray_FROMANY(integers, cnp.NPY_FLOAT64, 0, 0, flags)
     return pos
 
 
@@ -865,7 +868,7 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
                 f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
                 f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
                 "range of a double")
-    return _kept(key, width, n_freq, base, den, scale, w)
+    return _new_encoding(key, width, n_freq, base, den, scale, w)
 
 
 cdef _Encoding _given_encoding(Py_ssize_t width, w):
@@ -884,11 +887,11 @@ cdef _Encoding _given_encoding(Py_ssize_t width, w):
     cached = _encodings.get(key)
     if cached is not None:
         return <_Encoding>cached
-    return _kept(key, width, width // 2, NAN, NAN, 1.0, w)
+    return _new_encoding(key, width, width // 2, NAN, NAN, 1.0, w)
 
 
-cdef _Encoding _kept(key, Py_ssize_t width, Py_ssize_t n_freq, double base, double den,
-                     double scale, w):
+cdef _Encoding _new_encoding(key, Py_ssize_t width, Py_ssize_t n_freq, double base,
+                             double den, double scale, w):
     """The encoding of the frequencies ``w`` (hi and lo rows of n_freq), kept in the
     cache under ``key``."""
     cdef _Encoding enc = _Encoding.__new__(_Encoding)
@@ -1062,10 +1065,11 @@ cdef Py_ssize_t _NOGIL_VALUES = 4096
 cdef Py_ssize_t _PART_BYTES = PART_BYTES
 
 
-cdef int _fill(target, char* sin_data, const double* positions, double start, Py_ssize_t n,
-               _Encoding enc, int store, str name, double amplitude=1.0,
-               Py_ssize_t workers=1, Py_ssize_t row_stride=0, Py_ssize_t first_column=0,
-               Py_ssize_t column_step=1, Py_ssize_t half_at=-1) except -1:
+cdef int _fill_encoding(target, char* sin_data, const double* positions, double start,
+                        Py_ssize_t n, _Encoding enc, int store, str name,
+                        double amplitude=1.0, Py_ssize_t workers=1, Py_ssize_t row_stride=0,
+                        Py_ssize_t first_column=0, Py_ssize_t column_step=1,
+                        Py_ssize_t half_at=-1) except -1:
     """The engine's fill loop into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
     ``sin_data`` for RoPE's stores, its values times ``amplitude``. ``name``: the
@@ -1083,17 +1087,17 @@ cdef int _fill(target, char* sin_data, const double* positions, double start, Py
         out=_address(target) + first_column * cnp.PyArray_ITEMSIZE(<cnp.ndarray>target),
         sin_out=sin_data, positions=positions, start=start, n=n,
         width=enc.width, row_stride=row_stride if row_stride else enc.width,
-        single=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
+        float32=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
         w_hi=enc.w_hi, w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
         levels=levels, store=store, amplitude=amplitude, column_step=column_step,
         half_at=half_at if half_at >= 0 else enc.n_freq)
-    return _run(&r, enc, kept, name, workers)
+    return _run_request(&r, enc, kept, name, workers)
 
 
-cdef int _run(fill_request* r, _Encoding enc, _Levels kept, str name,
-              Py_ssize_t workers) except -1:
-    """A request filled, by up to ``workers`` threads when large (see _fill)."""
-    cdef Py_ssize_t parts = 1, row_bytes = r.row_stride * (4 if r.single else 8)
+cdef int _run_request(fill_request* r, _Encoding enc, _Levels kept, str name,
+                      Py_ssize_t workers) except -1:
+    """A request filled, by up to ``workers`` threads when large (see _fill_encoding)."""
+    cdef Py_ssize_t parts = 1, row_bytes = r.row_stride * (4 if r.float32 else 8)
     cdef Py_ssize_t total = r.n * row_bytes * (1 if r.sin_out == NULL else 2)
     cdef int status
     if workers > 1 and total >= 2 * _PART_BYTES:  # (else one part, without a Python call)
@@ -1163,7 +1167,7 @@ cdef class _Parts:
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
                     _Encoding enc, int layout, str name, Py_ssize_t workers=1,
                     cnp.ndarray sin=None, double amplitude=1.0):
-    """Fill the checked ``result`` (see _fill), and RoPE's checked ``sin`` table for
+    """Fill the checked ``result`` (see _fill_encoding), and RoPE's checked ``sin`` table for
     the RoPE layouts, and return ``result``. float16 and bfloat16, which the kernels
     do not write, are computed in float64 (RoPE's two tables in one array) and
     rounded once on the way out, so that nothing is written before every check and
@@ -1174,13 +1178,14 @@ cdef object _encode(result, dt, const double* positions, double start, Py_ssize_
     if dt is _FLOAT64 or dt is _FLOAT32:
         if sin is not None:
             sin_data = _address(sin)
-        _fill(result, sin_data, positions, start, n, enc, layout, name, amplitude, workers)
+        _fill_encoding(result, sin_data, positions, start, n, enc, layout, name, amplitude,
+                       workers)
         return result
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>result)
     cdef cnp.ndarray target = np.empty((1 if sin is None else 2, size), dtype=np.float64)
     if sin is not None:
         sin_data = _address(target) + size * 8
-    _fill(target, sin_data, positions, start, n, enc, layout, name, amplitude, workers)
+    _fill_encoding(target, sin_data, positions, start, n, enc, layout, name, amplitude, workers)
     _round_into(result, target[0])
     if sin is not None:
         _round_into(sin, target[1])
@@ -1530,7 +1535,7 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     _given_encoding); its values go to the columns of fill_request's
     ``column_step`` and ``half_at`` (-1: a whole table's) from column ``first``.
     Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
-    _fill).
+    _fill_encoding).
     """
     cdef double b = as_positive(base, "base") if base is not None else 1.0
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
@@ -1551,7 +1556,7 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
         all_positions = <const double*>_address(pos)
     cdef fill_request check = fill_request(
         out=NULL, sin_out=NULL, positions=all_positions, start=start,
-        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, single=False,
+        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, float32=False,
         w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
         amplitude=1.0, column_step=1, half_at=0)
     _raise_for(_engine.fill_check(&check), name)
@@ -1567,8 +1572,8 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
         axis_positions = NULL
         if axis is not None:
             axis_positions = <const double*>_address(axis)
-        _fill(target, sin_data + first * itemsize, axis_positions, start, rows, enc, store,
-              name, amplitude, workers, head_dim, first, step, half_at)
+        _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
+                       store, name, amplitude, workers, head_dim, first, step, half_at)
     if narrow:
         _round_into(cos, target[0])
         _round_into(sin, target[1])

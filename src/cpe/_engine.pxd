@@ -31,7 +31,7 @@ cdef enum:
 cdef struct fill_request:
     # Row i of out (and of sin_out for RoPE's stores), at out + i * row_stride
     # values, is the row of positions[i], or of start + i when positions is NULL:
-    # `width` values, float32 when `single`, else float64.
+    # `width` values, float32 when `float32`, else float64.
     void* out
     void* sin_out
     const double* positions
@@ -39,7 +39,7 @@ cdef struct fill_request:
     Py_ssize_t n
     Py_ssize_t width
     Py_ssize_t row_stride
-    bint single
+    bint float32
     # the encoding: n_freq frequencies w_hi[j] + w_lo[j]; w_max the largest
     # |w_hi[j]| (NaN if one is NaN) when known, else negative; levels NULL, or
     # the digit levels kept for these frequencies (cpe_fill.h)

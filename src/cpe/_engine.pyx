@@ -519,8 +519,8 @@ cdef inline void _sink_free(row_sink* r) noexcept nogil:
 
 cdef inline double* _line_start(double* p) noexcept nogil:
     # The first cache-line (64-byte) boundary at or after p, for buffers allocated
-    # with 8 doubles to spare. Rows that start on a line load without splitting
-    # lines: the products were ~25% slower from the 16-byte alignment of malloc.
+    # with 8 doubles to spare: rows that start on a line load without splitting
+    # lines, which malloc's 16-byte alignment does not ensure.
     return <double*>((<uintptr_t>p + 63) & ~(<uintptr_t>63))
 
 
@@ -576,9 +576,9 @@ cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
         row[c.sin_at + j * c.sin_step] = zero - row[c.sin_at + j * c.sin_step]
 
 
-cdef inline int _single(floating* row, double p, Py_ssize_t width, Py_ssize_t n_freq,
-                        const columns* c, cpe_levels* lv, const double* w_hi,
-                        const double* w_lo) noexcept nogil:
+cdef inline int _one_position(floating* row, double p, Py_ssize_t width, Py_ssize_t n_freq,
+                              const columns* c, cpe_levels* lv, const double* w_hi,
+                              const double* w_lo) noexcept nogil:
     """One integer position 0 < |p| < radix**n_levels (so one to four non-zero
     digits): its digit rows, kept ones or made into scratch as _level_row makes
     them, multiplied in registers highest first, as the loop below multiplies them
@@ -735,7 +735,7 @@ cdef inline bint _whole_rows(const fill_request* r) noexcept nogil:
 
 
 cdef inline Py_ssize_t _itemsize(const fill_request* r) noexcept nogil:
-    return 4 if r.single else 8
+    return 4 if r.float32 else 8
 
 
 cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first) noexcept nogil:
@@ -810,7 +810,7 @@ cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
     cdef const double* positions = r.positions
     if positions != NULL:
         positions += first
-    if r.single:
+    if r.float32:
         _fill_rows(<float*>_rows_at(r.out, r, first), <float*>_rows_at(r.sin_out, r, first),
                    positions, r.start + <double>first, count, r, s)
     else:
@@ -826,19 +826,21 @@ cdef int fill(const fill_request* r) noexcept nogil:
         return status
     cdef fill_scratch s
     cdef columns c
+    cdef double p
+    cdef cpe_levels* levels
     if r.n == 1 and r.n_freq and r.store <= CPE_LAYOUT_COS_SIN:
         _columns(r.width, r.n_freq, r.store, &c)
         s.own.rows = NULL
         s.own.state = NULL
         cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
-        if r.single:
-            status = _single(<float*>r.out, r.positions[0] if r.positions != NULL else r.start,
-                             r.width, r.n_freq, &c, r.levels if r.levels != NULL else &s.own,
-                             r.w_hi, r.w_lo)
+        p = r.positions[0] if r.positions != NULL else r.start
+        levels = r.levels if r.levels != NULL else &s.own
+        if r.float32:
+            status = _one_position(<float*>r.out, p, r.width, r.n_freq, &c, levels, r.w_hi,
+                                   r.w_lo)
         else:
-            status = _single(<double*>r.out, r.positions[0] if r.positions != NULL else r.start,
-                             r.width, r.n_freq, &c, r.levels if r.levels != NULL else &s.own,
-                             r.w_hi, r.w_lo)
+            status = _one_position(<double*>r.out, p, r.width, r.n_freq, &c, levels, r.w_hi,
+                                   r.w_lo)
         if status != -1:
             return status
     status = scratch_new(r, 0, r.n, &s)
@@ -886,8 +888,8 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
     cdef Py_ssize_t row_doubles = 2 * n_freq
     cdef double* identity = _line_start(s.owned)
     cdef double* high_row = identity + row_doubles
-    cdef double* single = high_row + row_doubles
-    cdef double* products = single + row_doubles  # level k at products + (k - 1) rows
+    cdef double* direct = high_row + row_doubles
+    cdef double* products = direct + row_doubles  # level k at products + (k - 1) rows
     cdef double* spares = products + (n_levels - 1) * row_doubles  # level k's at + k rows
 
     cdef long long prefix[8]
@@ -932,13 +934,13 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
             a = _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq) if d else identity
             b = upper[1] if upper[1] != NULL else identity
             if p < 0:
-                _product_pairs(single, a, b, n_freq)
+                _product_pairs(direct, a, b, n_freq)
                 for j in range(n_freq):
-                    single[j] = -single[j]
-                a = single
+                    direct[j] = -direct[j]
+                a = direct
                 b = identity
         else:
-            _sincos_row(single, p, w_hi, w_lo, n_freq)
-            a = single
+            _sincos_row(direct, p, w_hi, w_lo, n_freq)
+            a = direct
             b = identity
         _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, a, b)

@@ -4,8 +4,8 @@
  * (which leaves it in the cache) and, for an anonymous mapping NumPy asked huge
  * pages for, maps 2 MiB at once where the mapping covers an aligned 2 MiB.
  * _engine.pyx streams large outputs only into memory already mapped (a streaming
- * store to a freshly cleared line first writes the zeros back to memory: new
- * tables of 32-256 MiB took 4-20% longer streamed); _core.pyx moves a new large
+ * store to a freshly cleared line first writes the zeros back to memory, see
+ * docs/performance.md); _core.pyx moves a new large
  * output to a huge page boundary when NumPy's memory for it is not mapped yet.
  */
 #ifndef CPE_MEMORY_H

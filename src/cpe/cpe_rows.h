@@ -1,8 +1,8 @@
 /* Rows of sines and cosines of double-double angles, without libm.
  *
  * cpe_sincos_row(row, p, w_hi, w_lo, n) writes sin(p w_j) to row[j] and
- * cos(p w_j) to row[n + j], for w_j = w_hi[j] + w_lo[j]. glibc's sincos costs
- * ~19 ns a pair and does not vectorize; this loop does, and keeps the accuracy:
+ * cos(p w_j) to row[n + j], for w_j = w_hi[j] + w_lo[j]. libm's sincos does not
+ * vectorize; this loop does, and keeps the accuracy:
  *
  *   - the angle p w_j is formed exactly as th + tl (an exact product: fma or
  *     Dekker's splitting, which give the same bits);
@@ -147,8 +147,8 @@ static int cpe_sincos_row_portable(double *row, double p, const double *w_hi,
 }
 
 #if CPE_X86_DISPATCH
-/* GCC's SLP vectorizer turns a*b + c*d beside a*b - c*d into fmaddsub/fmsubadd
-   even under -ffp-contract=off (seen with GCC 12), which would make the FMA
+/* GCC's SLP vectorizer may turn a*b + c*d beside a*b - c*d into fmaddsub/fmsubadd
+   even under -ffp-contract=off, which would make the FMA
    copies round differently from the portable one: it is off in those copies
    (their loops are vectorized by the loop vectorizer). */
 #if defined(__clang__)

@@ -20,7 +20,7 @@ cdef inline int _engine_fill(void* out, void* sin_out, const double* positions,
     # the levels).
     cdef fill_request r = fill_request(
         out=out, sin_out=sin_out, positions=positions, start=start, n=n, width=width,
-        row_stride=width, single=single, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0,
+        row_stride=width, float32=single, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0,
         levels=NULL, store=store, amplitude=1.0, column_step=1, half_at=n_freq)
     return _engine.fill(&r)
 
