@@ -72,7 +72,14 @@ extensions = [
         include_dirs=["src/cpe"],
         depends=["src/cpe/cpe_fill.h"],
     ),
-    # _core allocates arrays and reads their data through NumPy's C API.
+    # The checks on top, and _core, the engine's Python face: they read (and _core
+    # allocates) arrays through NumPy's C API.
+    Extension(
+        "cpe._args",
+        ["src/cpe/_args.pyx"],
+        include_dirs=[np.get_include(), "src/cpe"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
     Extension(
         "cpe._core",
         ["src/cpe/_core.pyx"],

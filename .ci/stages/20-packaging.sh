@@ -129,10 +129,11 @@ problems = []
 generated = re.compile(r"\.(c|cpp|o|obj|so|pyd|html)$")
 for label, files in (("sdist", sdist_files), ("wheel", wheel_files)):
     problems += [f"{label}: generated file {n}" for n in sorted(files) if generated.search(n)
-                 and not re.fullmatch(r"cpe/(_core|_engine|kernels)\.[^/]+\.(so|pyd)", n)]
+                 and not re.fullmatch(r"cpe/(_args|_core|_engine|kernels)\.[^/]+\.(so|pyd)", n)]
     problems += [f"{label}: CI file {n}" for n in sorted(files) if n.startswith((".ci/", ".github/"))]
 for required in ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
                  "src/cpe/__init__.py", "src/cpe/_core.pyx", "src/cpe/_core.pyi",
+                 "src/cpe/_args.pyx", "src/cpe/_args.pxd",
                  "src/cpe/kernels.pyx", "src/cpe/kernels.pxd", "src/cpe/cpe_rows.h",
                  "src/cpe/cpe_memory.h", "src/cpe/cpe_fill.h", "src/cpe/_engine.pyx",
                  "src/cpe/_engine.pxd",
@@ -148,7 +149,7 @@ for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/ker
                  "cpe/_version.py"]:
     if required not in wheel_files:
         problems.append(f"wheel: missing {required}")
-for module in ("_core", "_engine", "kernels"):
+for module in ("_args", "_core", "_engine", "kernels"):
     if not any(re.fullmatch(rf"cpe/{module}\.[^/]+\.(so|pyd)", n) for n in wheel_files):
         problems.append(f"wheel: no compiled cpe.{module}")
 stray = sorted(n for n in wheel_files if not n.startswith(("cpe/", "cpe_encodings-")))

@@ -45,7 +45,8 @@ done
 include_numpy=$("$work/venv/bin/python" -c "import numpy; print(numpy.get_include())")
 include_python=$("$work/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 generated="$work/src/build/cython/src/cpe"
-for source in "$generated"/_engine.c "$generated"/kernels.c "$generated"/_core.c; do
+for source in "$generated"/_engine.c "$generated"/kernels.c "$generated"/_args.c \
+    "$generated"/_core.c; do
     "$cc" -target aarch64-linux-gnu -c -O3 -ffp-contract=off -Wall -Werror \
         -I"$generated" -I"$include_numpy" -I"$include_python" \
         -o "$work/$(basename "$source" .c).aarch64.o" "$source"

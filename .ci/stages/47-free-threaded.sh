@@ -97,7 +97,7 @@ install_cpe "$work/venv" "$work/src"
 cd "$work"
 "$work/venv/bin/python" -W error -c '
 import sys
-import cpe, cpe._core, cpe._engine, cpe.kernels
+import cpe, cpe._args, cpe._core, cpe._engine, cpe.kernels
 assert not sys._is_gil_enabled(), "importing cpe enabled the GIL"
 print("GIL disabled after importing", cpe.__name__, cpe.__version__)'
 "$work/venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$work/src" "$work/src/tests"

@@ -63,12 +63,13 @@ run_suite() {  # $1: CPE_CYTHON_CHECKS
 import subprocess
 import sys
 
+import cpe._args
 import cpe._core
 import cpe._engine
 import cpe.kernels
 
 checks = sys.argv[1] == "1"
-for module in (cpe._core, cpe._engine, cpe.kernels):
+for module in (cpe._args, cpe._core, cpe._engine, cpe.kernels):
     path = module.__file__
     assert path.startswith(sys.prefix), f"{path} is not the sanitized venv's ({sys.prefix})"
     symbols = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout

@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 import numpy as np
 import numpy.typing as npt
 
-from cpe._core import (
+from cpe._args import (
     as_choice,
     as_count,
     as_dtype,
     as_positive,
     as_real,
+    written,
+)
+from cpe._core import (
     axis_encoding,
     prepare_out,
-    written,
 )
 from cpe._typing import GridLayout
 

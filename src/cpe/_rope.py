@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 import numpy as np
 import numpy.typing as npt
 
-from cpe._core import (
+from cpe._args import (
     as_choice,
     as_count,
     as_dtype,
@@ -18,10 +18,12 @@ from cpe._core import (
     as_positions,
     as_positive,
     as_sequence,
-    rope_fill,
-    rope_tables,
     table_start,
     written,
+)
+from cpe._core import (
+    rope_fill,
+    rope_tables,
 )
 from cpe._scaling import Scheme, scheme, sections_of
 from cpe._typing import RopeLayout

@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cpe._core import (
-    Cache,
+from cpe._args import (
     as_choice,
     as_count,
     as_positive,
     as_real,
     as_sequence,
+)
+from cpe._core import (
+    Cache,
     blend_frequencies,
     paper_frequencies,
 )

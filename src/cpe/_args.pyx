@@ -1,0 +1,536 @@
+"""The checks on top: every argument turned into a checked value, once, with its
+name in the errors.
+
+One converter per kind of argument (a count, an integer, a real number, a
+choice, a dtype, positions, a sequence), each taking the argument's name, and
+the adoption of ``out=`` (a NumPy array, or another library's CPU array through
+DLPack or the buffer protocol), checked from its C-level fields. The engine's
+Python face (``_core``) and the modules built on it call these; nothing here
+allocates an output or computes a value.
+"""
+import numbers
+import operator
+import sys
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+cimport numpy as cnp
+from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from libc.math cimport fabs, isfinite
+
+cnp.import_array()
+
+cdef long long _EXACT_LIMIT = 1LL << 53
+cdef object _FLOAT64 = np.dtype(np.float64)
+cdef object _FLOAT32 = np.dtype(np.float32)
+cdef object _FLOAT16 = np.dtype(np.float16)
+cdef object _NP_FLOAT64_TYPE = np.float64
+cdef object _NP_FLOAT32_TYPE = np.float32
+cdef object _NP_FLOAT16_TYPE = np.float16
+cdef object _NP_INT64_TYPE = np.int64
+# ml_dtypes' bfloat16 NumPy dtype (the one JAX uses), once a call has asked for it:
+# cpe's fourth dtype, for those who install that package.
+cdef object _BFLOAT16 = None
+
+
+def _max_ndim():
+    for ndim in (64, 32):  # NumPy 2, NumPy 1
+        try:
+            np.empty((1,) * ndim)
+            return ndim
+        except ValueError:
+            pass
+    return 32
+
+
+_MAX_NDIM = _max_ndim()
+# ---- argument checks: each names the argument and what was expected ----
+
+cpdef Py_ssize_t as_count(value, str name, Py_ssize_t minimum) except -1:
+    """``value`` as an int ``>= minimum``, or a TypeError/ValueError naming it."""
+    cdef int overflow = 0
+    cdef long long small
+    if type(value) is int:  # the common case, in C
+        small = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and minimum <= small <= PY_SSIZE_T_MAX:
+            return <Py_ssize_t>small
+    return _count_checked(value, name, minimum)
+
+
+cpdef object as_integer(value, str name):
+    """``value`` as a Python int (any size), or the TypeError naming it."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+
+
+cdef Py_ssize_t _count_checked(value, str name, Py_ssize_t minimum) except -1:
+    """as_count beyond its first branch: any integer, and the errors."""
+    count = as_integer(value, name)
+    if count < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {count}")
+    if count > sys.maxsize:
+        raise ValueError(f"{name} is too large: {count}")
+    return count
+
+
+cpdef list as_sequence(value, str name, str what, Py_ssize_t length=-1):
+    """The items of ``value``, a flat sequence (not a str, bytes or mapping, not
+    ragged) of ``length`` items if given, or the TypeError naming it and ``what``
+    it must hold."""
+    try:
+        flat = not isinstance(value, (str, bytes, Mapping)) and np.ndim(value) == 1
+    except ValueError:  # ragged
+        flat = False
+    if not flat or (length >= 0 and len(value) != length):
+        raise TypeError(f"{name} must be a sequence of {what}")
+    return list(value)
+
+
+cpdef double as_real(value, str name) except? -1.0:
+    """``value`` as a finite float, or a TypeError/ValueError naming it."""
+    cdef double x
+    cdef int overflow = 0
+    cdef long long whole
+    if type(value) is float:  # the common cases, in C
+        x = PyFloat_AS_DOUBLE(value)
+        if isfinite(x):
+            return x
+    elif type(value) is int:
+        whole = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT:  # (so exact)
+            return <double>whole
+    return _real_checked(value, name)
+
+
+cdef double _real_checked(value, str name) except? -1.0:
+    """as_real beyond its first branch: any real number, and the errors."""
+    cdef double x
+    if isinstance(value, float):  # float and its subclasses (np.float64): no checks
+        x = value
+    elif type(value) is int:  # exactly int, so not a bool
+        try:
+            x = value
+        except OverflowError:
+            raise ValueError(f"{name} must be finite, got {value!r}") from None
+    else:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a real number, got bool")
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+            value = value[()]
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        try:
+            x = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} must be finite, got {value!r}") from None
+    if not isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return x
+
+
+cpdef double as_positive(value, str name) except? -1.0:
+    """``value`` as a finite float ``> 0``, or a TypeError/ValueError naming it."""
+    cdef double x = as_real(value, name)
+    if not x > 0.0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+cpdef object as_choice(value, str name, options):
+    """``value`` if it is one of the strings ``options`` (a sequence, or a mapping's
+    keys), or the ValueError naming it and them (arrays and other objects are not)."""
+    if isinstance(value, str) and value in options:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
+
+
+def _dtype_names():
+    """The usual ways of naming the three dtypes, read by NumPy once: a type or a
+    string is then one dict lookup instead of a call to np.dtype."""
+    canonical = {_FLOAT64: _FLOAT64, _FLOAT32: _FLOAT32, _FLOAT16: _FLOAT16}
+    names = (np.float64, np.float32, np.float16, float, "float64", "float32", "float16",
+             "float", "double", "single", "half", "f8", "f4", "f2", "d", "f", "e")
+    return {name: canonical[np.dtype(name)] for name in names}
+
+
+cdef dict _DTYPE_NAMES = _dtype_names()
+# Byte-order marks that keep a dtype string native ("=f8", "<f8" on little-endian).
+cdef tuple _NATIVE_ORDER = ("=", "|", "<" if sys.byteorder == "little" else ">")
+
+
+cdef object _bfloat16(str what):
+    """ml_dtypes' bfloat16 dtype, or an ImportError saying that ``what`` needs it."""
+    global _BFLOAT16
+    if _BFLOAT16 is None:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ImportError(f"{what} needs the ml_dtypes package, which gives NumPy its "
+                              "bfloat16 dtype: pip install ml_dtypes") from None
+        _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # one object: NumPy keeps it per type
+    return _BFLOAT16
+
+
+cdef str _DTYPES = "float64, float32, float16 or bfloat16"
+
+
+cpdef object as_dtype(dtype):
+    """``dtype`` as one of the four dtype objects (compared by identity later),
+    or a TypeError naming it. PyTorch's dtypes are read by their names: cpe never
+    imports torch."""
+    if dtype is _NP_FLOAT64_TYPE:  # the default
+        return _FLOAT64
+    if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
+        return dtype
+    if dtype is _BFLOAT16 and dtype is not None:
+        return dtype
+    if type(dtype) is str:
+        # Strings are read from the table alone: np.dtype warns about some
+        # (deprecated aliases such as "a") before it says what they are.
+        known = _DTYPE_NAMES.get(dtype)
+        if known is None and len(dtype) <= 3 and dtype[:1] in _NATIVE_ORDER:  # "<f8", "=d"
+            known = _DTYPE_NAMES.get(dtype[1:])
+        if known is not None:
+            return known
+        if dtype == "bfloat16":
+            return _bfloat16("dtype='bfloat16'")
+        raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
+    if type(dtype) is type:  # hashable, compared by value
+        known = _DTYPE_NAMES.get(dtype)
+        if known is not None:
+            return known
+    if type(dtype).__module__ == "torch":  # torch.float32 and the like, by name
+        name = str(dtype).removeprefix("torch.")
+        known = _DTYPE_NAMES.get(name)
+        if known is not None:
+            return known
+        if name == "bfloat16":
+            return _bfloat16("dtype=torch.bfloat16")
+    # dtype=None means float64, as in NumPy; np.dtype(None) compares equal to it.
+    # np.dtype raises TypeError, ValueError or even SyntaxError for what it cannot read.
+    try:
+        dt = np.dtype(dtype)
+    except Exception:
+        dt = None
+    for canonical in (_FLOAT64, _FLOAT32, _FLOAT16):
+        if dt is not None and dt == canonical:
+            return canonical  # so that later checks are identity tests
+    # A bfloat16 NumPy knows of was registered by an imported ml_dtypes.
+    if dt is not None and dt.kind == "V" and dt.name == "bfloat16":
+        if dt == _bfloat16("dtype bfloat16"):
+            return _BFLOAT16
+    raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
+
+
+cdef bint exact_integer(value, double* x) except -1:
+    """Whether the Python or NumPy integer ``value`` has magnitude <= 2**53, an
+    exact double, then written to ``x``."""
+    cdef int overflow = 0
+    cdef long long whole = PyLong_AsLongLongAndOverflow(
+        value if type(value) is int else int(value), &overflow)
+    x[0] = <double>whole
+    return not overflow and -_EXACT_LIMIT <= whole <= _EXACT_LIMIT
+
+
+cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1:
+    """Bools in a list or tuple of positions, which numpy.asarray would turn into
+    0/1 without a word, and masked arrays (their masks would be dropped); with
+    ``to_float`` (asarray made floats), integers beyond 2**53, which it rounded.
+    Other objects that NumPy reads as arrays (buffers, ``__array__``) are refused,
+    other sequences are checked as lists are. The usual
+    element types are recognized by identity, cheaply beside the conversion."""
+    cdef double x
+    if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
+        return 0
+    for item in sequence:
+        kind = type(item)
+        if kind is float or kind is _NP_FLOAT64_TYPE or kind is _NP_FLOAT32_TYPE:
+            continue
+        if kind is int or kind is _NP_INT64_TYPE or (
+                kind is not bool and isinstance(item, (int, np.integer))):
+            if to_float and not exact_integer(item, &x):
+                raise ValueError(f"{name} must be integers of magnitude <= 2**53, got {item}")
+        elif isinstance(item, (list, tuple)):
+            _check_sequence(item, depth + 1, to_float, name)
+        elif isinstance(item, (float, np.floating)):
+            continue
+        elif isinstance(item, (bool, np.bool_)):
+            raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
+        elif isinstance(item, np.ndarray):
+            _reject_masked(item, name)
+            if item.dtype.kind == "b":
+                raise TypeError(f"{name} must be real numbers, got a bool in the sequence")
+            if to_float and item.dtype.kind in "iu" and item.size and (
+                    abs(int(item)) > _EXACT_LIMIT if item.ndim == 0 else
+                    item.max() > _EXACT_LIMIT or item.min() < -_EXACT_LIMIT):
+                raise ValueError(f"{name} must be integers of magnitude <= 2**53")
+        elif _array_like(item):
+            # Converted by NumPy unchecked (their bools, their integers beyond
+            # 2**53, their masks): refused.
+            raise TypeError(
+                f"{name} must be real numbers: a list or tuple of positions may hold "
+                f"numbers, sequences and NumPy arrays, got {kind.__name__} (convert it "
+                "with numpy.asarray first)")
+        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+            _check_sequence(item, depth + 1, to_float, name)  # range, deque, ...
+        # Anything else (None, str, complex) makes an array that the dtype check refuses.
+    return 0
+
+
+cdef bint _array_like(item):
+    """Whether NumPy would read ``item`` as an array of its own: a buffer, or an
+    object with ``__array__`` or an array interface."""
+    if isinstance(item, np.generic):  # a NumPy scalar: its dtype is checked as any
+        return False
+    return (PyObject_CheckBuffer(item) or hasattr(item, "__array__")
+            or hasattr(item, "__array_interface__") or hasattr(item, "__array_struct__"))
+
+
+cdef object _reject_masked(position, str name):
+    # The mask of masked positions would be ignored (np.asarray drops it). (A
+    # masked out= is filled whole, and keeps its mask.)
+    masked = sys.modules.get("numpy.ma")
+    if masked is not None and isinstance(position, masked.MaskedArray):
+        raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
+                        f"(use {name}.filled(...) or {name}.compressed())")
+
+
+cdef bint scalar_position(position, double* p) except -1:
+    """A Python or NumPy int (an int subclass too, not a bool) or float scalar as
+    the double ``p`` (True, its value unchanged: float32 and float16 are exact
+    doubles), integers beyond 2**53 refused; False for anything else,
+    which as_positions reads or refuses. NaN and infinity are the kernel's
+    error, as in an array."""
+    kind = type(position)
+    if kind is float or kind is _NP_FLOAT64_TYPE:  # np.float64 is a float
+        p[0] = position
+        return True
+    if kind is int or kind is _NP_INT64_TYPE or (kind is not bool and (
+            isinstance(position, int) or isinstance(position, np.integer)
+            and not isinstance(position, np.timedelta64))):
+        if not exact_integer(position, p):
+            raise ValueError(
+                f"position must be an integer of magnitude <= 2**53, got {position}")
+        return True
+    if kind is _NP_FLOAT32_TYPE or kind is _NP_FLOAT16_TYPE:
+        p[0] = float(position)
+        return True
+    return False
+
+
+cpdef object as_positions(position, str name):
+    """Positions as an array of real numbers, neither scanned nor copied yet. A
+    tensor that requires grad is read as its values (positions are not
+    differentiated; detach() copies nothing)."""
+    if getattr(position, "requires_grad", False) is True and hasattr(position, "detach"):
+        position = position.detach()
+    _reject_masked(position, name)
+    try:
+        arr = np.asarray(position)
+    except Exception as exc:  # ragged nested sequences and the like
+        try:
+            if str(getattr(position, "dtype", None)) != "torch.bfloat16":
+                raise
+            arr = np.asarray(position.float())  # bfloat16 values are float32 values
+        except Exception as exc:
+            raise TypeError(f"{name} must be a real number or an array of them: {exc}") from None
+    kind = arr.dtype.kind
+    if kind == "V" and arr.dtype.name == "bfloat16":  # ml_dtypes' (JAX's): the same
+        arr, kind = arr.astype(np.float32), "f"
+    if isinstance(position, (list, tuple)):
+        _check_sequence(position, 1, kind == "f", name)
+    if kind == "b":
+        raise TypeError(f"{name} must be a real number or an array of them, got bool")
+    if kind not in "iuf":
+        raise TypeError(
+            f"{name} must be a real number or an array of them, got dtype {arr.dtype}")
+    if arr.ndim >= _MAX_NDIM:
+        raise ValueError(f"{name} has {arr.ndim} dimensions: the output needs one more, "
+                         f"and NumPy allows {_MAX_NDIM}")
+    return arr
+
+
+cdef object positions_float64(arr, str name):
+    """The positions as a C-contiguous float64 array of cpe's own; integers must
+    be exact.
+
+    Always a copy: the kernels read a position more than once (to check it, then
+    to compute its row), so positions that the caller's memory holds could be
+    changed in between by another thread, or overwritten by the kernel itself
+    when they live inside ``out=``. Called once the output has been checked, so
+    that a request that is rejected anyway never scans or copies its positions.
+    """
+    # Floats are checked for NaN/inf by the kernel, before it writes anything; a
+    # long double beyond the float64 range becomes inf here, and a float32
+    # signalling NaN a quiet one, without a warning. Integers and float64 raise no
+    # floating-point flag on the way: only narrower floats pay for np.errstate.
+    # (np.asarray(arr, np.float64, order="C") without its Python call, and aligned.)
+    cdef int flags = (cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED
+                      | cnp.NPY_ARRAY_FORCECAST | cnp.NPY_ARRAY_ENSURECOPY)
+    kind = arr.dtype.kind
+    if kind == "f" and arr.dtype.itemsize != 8:
+        with np.errstate(over="ignore", invalid="ignore"):
+            pos = cnp.PyArray_FROMANY(arr, cnp.NPY_FLOAT64, 0, 0, flags)
+    else:
+        pos = cnp.PyArray_FROMANY(arr, cnp.NPY_FLOAT64, 0, 0, flags)
+    # 64-bit integers of magnitude >= 2**53 become doubles >= 2**53, so only then
+    # are the integers themselves compared (a scan of the doubles is cheaper than
+    # NumPy's max and min), in a private copy of them from which the doubles are
+    # made again: the values checked are the values encoded, whatever another
+    # thread writes into the caller's array meanwhile.
+    if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
+        integers = np.array(arr, order="C")
+        if integers.max() > _EXACT_LIMIT or (kind == "i" and integers.min() < -_EXACT_LIMIT):
+            raise ValueError(f"{name} must be integers of magnitude <= 2**53")
+        pos = cnp.PyArray_FROMANY(integers, cnp.NPY_FLOAT64, 0, 0, flags)
+    return pos
+
+
+cdef bint _all_below_exact_limit(cnp.ndarray pos):
+    cdef const double* data = <const double*>cnp.PyArray_DATA(pos)
+    cdef Py_ssize_t i, n = pos.size
+    cdef double limit = <double>_EXACT_LIMIT
+    for i in range(n):
+        if not (fabs(data[i]) < limit):
+            return False
+    return True
+
+
+cdef tuple array_shape(cnp.ndarray array):
+    """The shape NumPy itself holds for ``array`` (a subclass may override ``.shape``)."""
+    cdef int k
+    return tuple([cnp.PyArray_DIM(array, k) for k in range(cnp.PyArray_NDIM(array))])
+
+
+cdef bint _has_shape(cnp.ndarray array, tuple shape) except -1:
+    """Whether NumPy's own dims of ``array`` are ``shape`` (a tuple of ints)."""
+    cdef int k, overflow = 0
+    if cnp.PyArray_NDIM(array) != len(shape):
+        return False
+    for k in range(len(shape)):
+        if (PyLong_AsLongLongAndOverflow(shape[k], &overflow) != cnp.PyArray_DIM(array, k)
+                or overflow):
+            return False
+    return True
+
+
+cpdef object adopt_out(out, tuple shape, dt, str name):
+    """``out`` checked as the output of ``shape`` and dtype ``dt`` (see as_dtype):
+    a numpy.ndarray, or another library's CPU array as a NumPy array of its
+    memory (see _shared_array); ``name`` names it in the errors.
+
+    ``out`` is checked from its C-level fields (dims, descr, flags): the kernels
+    write through its data pointer, whatever its Python attributes claim.
+    """
+    if not isinstance(out, np.ndarray):
+        out = _shared_array(out, name)
+    cdef cnp.ndarray array = out
+    descr = <object>cnp.PyArray_DESCR(array)
+    if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
+                                and cnp.PyArray_ISNOTSWAPPED(array)):
+        raise TypeError(f"{name} must have dtype {dt} (the dtype argument), got {descr}")
+    if not _has_shape(array, shape):
+        raise ValueError(f"{name} must have shape {shape}, got {array_shape(array)}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
+        raise ValueError(f"{name} must be C-contiguous and aligned")
+    if not cnp.PyArray_ISWRITEABLE(array):
+        raise ValueError(f"{name} must be writeable")
+    return out
+
+
+cdef object _shared_array(out, str name):
+    """An ``out=`` of another library (a CPU tensor, say) as a NumPy array of its
+    memory, through DLPack or the buffer protocol, which never copy: the checks
+    then read that array. One that requires grad is refused: cpe writes into it
+    behind autograd."""
+    if not hasattr(out, "__dlpack__"):
+        return _buffer_array(out, name)
+    if getattr(out, "requires_grad", False) is True:
+        raise TypeError(f"{name} must not require grad: cpe would write into it behind "
+                        "autograd")
+    for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
+        if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
+            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
+                            "first (resolve_neg(), resolve_conj() or clone())")
+    bfloat16 = str(getattr(out, "dtype", None)) == "torch.bfloat16" and "torch" in sys.modules
+    if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
+        out = out.view(sys.modules["torch"].int16)
+    try:
+        shared = np.from_dlpack(out)
+    except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
+        raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
+                        f"DLPack, got {type(out).__name__} ({exc})") from None
+    if not shared.flags.writeable:
+        if _DLPACK_READ_ONLY:
+            raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
+                            "DLPack array read-only (NumPy 2.2 and newer share writable "
+                            "ones writable); pass a numpy.ndarray of it instead")
+        raise TypeError(f"{name} must be writeable, but NumPy shares the memory of this "
+                        f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
+                        "unversioned DLPack, as older torch exports, cannot say it may be)")
+    return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
+
+
+# NumPy before 2.2 imports all DLPack memory read-only; later ones, memory
+# exported as read-only and all of an unversioned (pre-1.0) DLPack export.
+_DLPACK_READ_ONLY = tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 2)
+
+
+cdef object _buffer_array(out, str name):
+    """``out=`` that exports its memory through the buffer protocol (array.array,
+    memoryview, bytearray...), as a NumPy array of that memory and format."""
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise TypeError(f"{name} must be a numpy.ndarray, or a CPU array that shares its "
+                        f"memory through DLPack (a torch tensor, say) or the buffer protocol, "
+                        f"got {type(out).__name__}") from None
+    except (BufferError, ValueError) as exc:  # its exporter failed; a released memoryview
+        raise ValueError(f"{name} could not share its memory through the buffer protocol "
+                         f"({exc})") from None
+    try:
+        return np.asarray(view)
+    except Exception as exc:  # a format or a layout NumPy cannot read
+        raise TypeError(f"{name} must share memory that NumPy can read as an array, got "
+                        f"{type(out).__name__} of format {view.format!r} ({exc})") from None
+
+
+cpdef object written(out):
+    """``out`` once cpe has written into it: torch tensors get their version counter
+    bumped, as by an in-place torch operation, so that autograd refuses values it
+    saved before (torch is in sys.modules, as a tensor exists: cpe imports nothing).
+    A tuple (RoPE's cos and sin): each of its arrays."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return out
+    bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
+                   "increment_version", None)
+    for array in (out if type(out) is tuple else (out,)):
+        if bump is not None and isinstance(array, torch.Tensor):
+            bump(array)
+    return out
+
+
+cdef bint overlap(cnp.ndarray a, cnp.ndarray b) noexcept:
+    """Whether two C-contiguous arrays share memory: their byte ranges meet
+    (decided from their data pointers, never dispatched to a subclass)."""
+    cdef size_t start_a = <size_t>cnp.PyArray_DATA(a), start_b = <size_t>cnp.PyArray_DATA(b)
+    cdef size_t size_a = cnp.PyArray_NBYTES(a), size_b = cnp.PyArray_NBYTES(b)
+    return size_a != 0 and size_b != 0 and start_a < start_b + size_b and start_b < start_a + size_a
+
+
+cpdef object table_start(start, Py_ssize_t rows):
+    """``start`` of a table of ``rows`` rows as an int, the first and the last
+    positions exact doubles, or the error naming them."""
+    first = start if type(start) is int else as_integer(start, "start")
+    if abs(first) > _EXACT_LIMIT or abs(first + rows) > _EXACT_LIMIT:
+        raise ValueError("start and start + n must be integers of magnitude <= 2**53")
+    return first
