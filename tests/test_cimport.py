@@ -136,8 +136,13 @@ def _statuses(
     position: float = 5.0,
     scale: float = 1.0,
     nan_frequency: bool = False,
+    nan_low: bool = False,
+    rows: int = 3,
+    width: int = 8,
 ) -> dict[str, int]:
-    return downstream.statuses(null_out, null_second, position, scale, nan_frequency)  # type: ignore[no-any-return]
+    return downstream.statuses(  # type: ignore[no-any-return]
+        null_out, null_second, position, scale, nan_frequency, nan_low, rows, width
+    )
 
 
 def test_every_function_returns_ok_for_valid_arguments(downstream: ModuleType) -> None:
@@ -172,6 +177,21 @@ def test_a_nan_frequency_is_a_range_error(downstream: ModuleType) -> None:
     # (In the middle: the range check reads every frequency.)
     statuses = _statuses(downstream, nan_frequency=True)
     assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
+
+
+def test_a_non_finite_low_part_is_a_range_error(downstream: ModuleType) -> None:
+    # Only w_hi was checked: a NaN w_lo gave CPE_OK and rows of NaN.
+    statuses = _statuses(downstream, nan_low=True)
+    assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -3)}
+
+
+@pytest.mark.parametrize(("rows", "width"), [(2**33, 2**31), (1, 2**61), (2**62, 2)])
+def test_outputs_larger_than_memory_are_refused(
+    downstream: ModuleType, rows: int, width: int
+) -> None:
+    # rows * width was not checked: such sizes segfaulted writing past the buffer.
+    statuses = _statuses(downstream, rows=rows, width=width)
+    assert statuses == {**dict.fromkeys(statuses, 0), **dict.fromkeys(FILLS, -1)}
 
 
 def test_frequencies_beyond_a_double_are_a_range_error(downstream: ModuleType) -> None:

@@ -710,6 +710,8 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
         return CPE_ERR_ARGUMENT
     if r.row_stride < r.width or r.column_step < 1 or r.half_at < 0:
         return CPE_ERR_ARGUMENT
+    if r.n and r.row_stride > PY_SSIZE_T_MAX // _itemsize(r) // r.n:  # no memory is that large
+        return CPE_ERR_ARGUMENT
     if not rope and not _whole_rows(r):  # (the encodings write whole rows)
         return CPE_ERR_ARGUMENT
     if r.n and ((r.width and r.out == NULL)
@@ -725,7 +727,13 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
                              or r.levels.n_levels != n_levels or r.levels.rows == NULL
                              or r.levels.state == NULL):
         return CPE_ERR_ARGUMENT
-    return _check_request(r.positions, r.start, r.n, r.w_hi, r.n_freq, r.w_max)
+    cdef int status = _check_request(r.positions, r.start, r.n, r.w_hi, r.n_freq, r.w_max)
+    cdef Py_ssize_t j
+    if status == CPE_OK and r.n and r.w_max < 0.0:  # a caller's frequencies (the C API)
+        for j in range(r.n_freq):
+            if not isfinite(r.w_lo[j]):
+                return CPE_ERR_RANGE
+    return status
 
 
 cdef inline bint _whole_rows(const fill_request* r) noexcept nogil:

@@ -4,11 +4,13 @@
 Every function here is ``noexcept nogil``, takes raw pointers into buffers the
 caller owns, never allocates per element and never raises. They return a status
 code: ``CPE_OK`` (0), ``CPE_ERR_ARGUMENT`` (an argument is invalid, such as a
-non-finite position, a negative count or a NULL pointer where values are to be
-read or written; nothing was written), ``CPE_ERR_NOMEM`` (scratch memory could
+non-finite position, a negative count, a NULL pointer where values are to be
+read or written, or a count of rows and a width whose output could not fit in
+memory; nothing was written), ``CPE_ERR_NOMEM`` (scratch memory could
 not be allocated; nothing was written) or ``CPE_ERR_RANGE`` (some
 ``|position * w_j|`` exceeds ``CPE_ANGLE_LIMIT`` = 2**53, beyond which the
-accuracy bound does not hold, or is NaN; nothing was written).
+accuracy bound does not hold, or is NaN, or a ``w_lo[j]`` is not finite; nothing
+was written).
 ``frequencies`` returns ``CPE_ERR_RANGE`` when a frequency is not finite (its
 output then holds no usable values).
 

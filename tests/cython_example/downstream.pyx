@@ -174,11 +174,13 @@ def frequencies_status(Py_ssize_t n_freq, double base, double exponent_den):
 
 
 def statuses(bint null_out, bint null_second, double position, double scale,
-             bint nan_frequency):
-    """The status of every fill function for 3 rows of width 8 (4 frequencies),
-    at ``position`` (a table starting there, or 3 positions equal to it), with
-    the frequencies of base 10000 times ``scale`` (NaN in the middle with
-    ``nan_frequency``) and, if asked, a NULL first or second output."""
+             bint nan_frequency, bint nan_low=False, Py_ssize_t rows=3, Py_ssize_t width=8):
+    """The status of every fill function for ``rows`` rows of ``width`` (4
+    frequencies), at ``position`` (a table starting there, or positions equal to
+    it), with the frequencies of base 10000 times ``scale`` (NaN in the middle
+    with ``nan_frequency``, its low part NaN with ``nan_low``) and, if asked, a
+    NULL first or second output. Rows and widths beyond 3 and 8 are for sizes
+    the functions must refuse before they write or read a position."""
     cdef double w[8]
     cdef double out64[24]
     cdef double sin64[24]
@@ -188,6 +190,8 @@ def statuses(bint null_out, bint null_second, double position, double scale,
     cdef int status = frequencies(w, w + 4, 4, 10000.0, 4.0, scale)
     if nan_frequency:
         w[3] = float("nan")
+    if nan_low:
+        w[4 + 2] = float("nan")
     positions[0] = positions[1] = positions[2] = position
     cdef double* o64 = NULL if null_out else out64
     cdef float* o32 = NULL if null_out else out32
@@ -195,24 +199,24 @@ def statuses(bint null_out, bint null_second, double position, double scale,
     cdef float* s32 = NULL if null_second else sin32
     result = {"frequencies": status}
     with nogil:
-        status = fill_table_f64(o64, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+        status = fill_table_f64(o64, position, rows, width, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
     result["fill_table_f64"] = status
     with nogil:
-        status = fill_table_f32(o32, position, 3, 8, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
+        status = fill_table_f32(o32, position, rows, width, w, w + 4, 4, CPE_LAYOUT_INTERLEAVED)
     result["fill_table_f32"] = status
     with nogil:
-        status = fill_positions_f64(o64, positions, 3, 8, w, w + 4, 4,
+        status = fill_positions_f64(o64, positions, rows, width, w, w + 4, 4,
                                     CPE_LAYOUT_INTERLEAVED)
     result["fill_positions_f64"] = status
     with nogil:
-        status = fill_positions_f32(o32, positions, 3, 8, w, w + 4, 4,
+        status = fill_positions_f32(o32, positions, rows, width, w, w + 4, 4,
                                     CPE_LAYOUT_INTERLEAVED)
     result["fill_positions_f32"] = status
     with nogil:
-        status = fill_rope_f64(o64, s64, NULL, position, 3, 8, w, w + 4, False)
+        status = fill_rope_f64(o64, s64, NULL, position, rows, width, w, w + 4, False)
     result["fill_rope_f64"] = status
     with nogil:
-        status = fill_rope_f32(o32, s32, positions, position, 3, 8, w, w + 4, False)
+        status = fill_rope_f32(o32, s32, positions, position, rows, width, w, w + 4, False)
     result["fill_rope_f32"] = status
     return result
 
