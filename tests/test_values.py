@@ -307,7 +307,7 @@ def test_frequency_cache_stays_within_its_budget():
 
 def test_digit_levels_start_on_a_cache_line():
     # Rows read from a table off a cache line would split a line on every 64-byte
-    # load (see cpe._core._aligned_rows): every kept level table starts on one.
+    # load (see cpe._core._new_output): every kept level table starts on one.
     from cpe._core import _cache_snapshot
 
     widths = (6, 130, 512, 1030, 4096)

@@ -149,7 +149,7 @@ def _huge_page_bytes():
 cdef Py_ssize_t _HUGE_PAGE = _huge_page_bytes()
 
 
-cdef object _new_array(tuple shape, dt):
+cdef object _new_array(tuple shape, dt, bint on_line=False):
     """``np.empty(shape, dt)`` for an output, made by _new_output. ``shape`` must
     not be _too_large."""
     cdef Py_ssize_t k, ndim = len(shape)
@@ -158,14 +158,16 @@ cdef object _new_array(tuple shape, dt):
         return np.empty(shape, dtype=dt)  # NumPy's error
     for k in range(ndim):
         dims[k] = shape[k]
-    return _new_output(<int>ndim, dims, dt)
+    return _new_output(<int>ndim, dims, dt, on_line)
 
 
-cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
-    """``np.empty(dims, dt)`` for an output; on Linux, from _VIEW_OUTPUT_BYTES,
-    a view of a byte buffer on a huge page boundary unless NumPy's memory is
-    mapped already (see above), and on a cache line then. ``dims`` must not be
-    _too_large."""
+cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt, bint on_line=False):
+    """``np.empty(dims, dt)`` for an output, cpe's one allocator; on Linux, from
+    _VIEW_OUTPUT_BYTES, a view of a byte buffer on a huge page boundary unless
+    NumPy's memory is mapped already (see above), and on a cache line then; at
+    any size on a cache line with ``on_line`` (rows read by 64-byte loads, as the
+    digit levels are: NumPy's data is only 16-byte aligned). ``dims`` must not
+    be _too_large."""
     cdef int typenum = -1
     cdef Py_ssize_t nbytes, length, huge, k
     cdef bint small
@@ -180,11 +182,11 @@ cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
     for k in range(ndim):
         nbytes *= dims[k]
     small = not _VIEW_OUTPUTS or nbytes < _VIEW_OUTPUT_BYTES
-    if small and typenum >= 0:
+    if small and typenum >= 0 and not on_line:
         # np.empty without its Python call and argument parsing
         return cnp.PyArray_EMPTY(ndim, <cnp.npy_intp*>dims, typenum, 0)
     shape = tuple([dims[k] for k in range(ndim)])
-    if small:
+    if small and not on_line:
         return np.empty(shape, dtype=dt)  # (bfloat16)
     # A cache line more than needed: the view starts on one at least (XLA shares
     # only memory so aligned through DLPack, and the streaming stores prefer it).
@@ -193,7 +195,7 @@ cdef object _new_output(int ndim, const cnp.npy_intp* dims, dt):
     cdef cnp.ndarray raw = np.empty(nbytes + _LINE_BYTES, dtype=np.uint8)
     cdef size_t address = <size_t>cnp.PyArray_DATA(raw)
     cdef Py_ssize_t boundary = _LINE_BYTES
-    huge = _HUGE_PAGE
+    huge = 0 if small else _HUGE_PAGE
     if (huge and address % huge and nbytes <= PY_SSIZE_T_MAX - 2 * huge
             and cpe_mostly_mapped(<void*>address, nbytes) == 0):
         # Given back first; the new buffer covers whole huge pages to the end.
@@ -487,21 +489,6 @@ def blend_frequencies(w, divisor, weight, kept):
     return result
 
 
-cdef object _aligned_rows(tuple shape):
-    """``np.empty(shape)`` of float64 whose data starts on a 64-byte boundary.
-
-    NumPy's data is only 16-byte aligned; level rows read from there would split
-    a cache line on every 64-byte load. Rows of widths that are multiples of 16
-    then all start on a cache line.
-    """
-    cdef Py_ssize_t count = 1, size
-    for size in shape:
-        count *= size
-    raw = np.empty(count + 8, dtype=np.float64)
-    cdef Py_ssize_t skip = ((64 - <size_t>cnp.PyArray_DATA(raw) % 64) % 64) // 8
-    return raw[skip:skip + count].reshape(shape)
-
-
 @cython.final
 @cython.no_gc  # (it refers to arrays of numbers and an _Encoding: never in a cycle)
 cdef class _Levels:
@@ -536,19 +523,18 @@ cdef _Levels _levels_of(_Encoding enc):
         return <_Levels>cached
     cdef _Levels levels = _Levels.__new__(_Levels)
     levels.enc = enc
-    levels.table = _aligned_rows((n_levels, radix, 2 * enc.n_freq))
+    levels.table = _new_array((n_levels, radix, 2 * enc.n_freq), _FLOAT64, True)
     cdef cnp.npy_intp count = n_levels * radix
     levels.state = cnp.PyArray_ZEROS(1, &count, cnp.NPY_UINT8, 0)
     levels.c.rows = <double*>_address(levels.table)
     levels.c.state = _address(levels.state)
     levels.c.radix, levels.c.shift, levels.c.n_levels = radix, shift, n_levels
     cnp.PyArray_CLEARFLAGS(levels.table, cnp.NPY_ARRAY_WRITEABLE)
-    # The level rows live in the base of the (aligned) view; the encoding's
-    # frequencies are counted too, as the entry keeps them alive after the
-    # frequency cache let them go.
+    # The level rows (and a cache line's slack before them) and the encoding's
+    # frequencies, which the entry keeps alive after the frequency cache let them go.
     return <_Levels>_digit_cache.keep(
-        enc.key, levels, cnp.PyArray_NBYTES(levels.table.base) + cnp.PyArray_NBYTES(levels.state)
-        + cnp.PyArray_NBYTES(enc.frequencies))
+        enc.key, levels, cnp.PyArray_NBYTES(levels.table) + _LINE_BYTES
+        + cnp.PyArray_NBYTES(levels.state) + cnp.PyArray_NBYTES(enc.frequencies))
 
 
 cdef tuple _parameters(_Encoding enc):
