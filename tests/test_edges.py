@@ -176,3 +176,27 @@ def test_a_count_and_a_start_are_read_once():
                                 max_position_embeddings=8)  # fmt: skip
     assert (n.reads, start.reads) == (1, 1)
     assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "scaling",
+    [{"attention_factor": 1e300}, {"mscale": 1e300, "mscale_all_dim": 1.0}],
+    ids=["attention_factor", "mscale"],
+)
+def test_an_attention_factor_beyond_the_dtype_is_refused_by_name(dtype, scaling):
+    # All-inf float32/bfloat16 tables came back without a word; float16 also
+    # leaked NumPy's "overflow encountered in cast" RuntimeWarning.
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    config = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, **scaling}
+    out = (np.full((4, 8), 7, dtype), np.full((4, 8), 7, dtype)) if dtype != "bfloat16" else None
+    with pytest.raises(ValueError, match=r"^rope_parameters give the attention factor .* beyond"):
+        cpe.rope_cos_sin(4, 8, dtype=dtype, rope_parameters=config, out=out)
+    if out is not None:
+        assert (out[0] == 7).all()
+        assert (out[1] == 7).all()
+    # The same factor in float64 is finite, and so are its values.
+    cos, sin = cpe.rope_cos_sin(4, 8, rope_parameters=config)
+    assert np.isfinite(cos).all()
+    assert np.isfinite(sin).all()

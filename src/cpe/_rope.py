@@ -265,6 +265,7 @@ def rope_cos_sin(
             seq_len,
             lambda: _length(count, positions, first),
         )
+    _check_amplitude(used.attention_factor, output_dtype)
     interleaved = layout == "interleaved"
     if positions is not None and used.sections is not None:
         return _multimodal(positions, used, output_dtype, interleaved, out, threads)
@@ -512,6 +513,20 @@ def _length(count: int | None, positions: npt.NDArray[Any] | None, first: int) -
         return float(first + count)
     largest = float(positions.max()) if positions.size else math.nan
     return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
+
+
+def _check_amplitude(attention_factor: float, dtype: np.dtype[Any]) -> None:
+    """Refuse an attention factor beyond the range of the output dtype: the tables'
+    values, up to it in magnitude, would be inf (and NumPy would warn)."""
+    if attention_factor == 1.0:
+        return
+    with np.errstate(over="ignore"):
+        fits = np.isfinite(np.array(attention_factor).astype(dtype).astype(np.float64))
+    if not fits:
+        raise ValueError(
+            f"rope_parameters give the attention factor {attention_factor!r}, beyond the "
+            f"range of {dtype.name}: the tables' values would be infinite"
+        )
 
 
 def _kind(value: Any) -> str:
