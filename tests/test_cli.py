@@ -307,3 +307,54 @@ sys.exit(main(["encode", "3", "8", "--dtype", "bfloat16"]))
         "cpe encode: error: dtype='bfloat16' needs the ml_dtypes package, which gives NumPy "
         "its bfloat16 dtype: pip install ml_dtypes\n"
     )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert text in result.stderr
+
+
+def test_positions_of_too_many_dimensions_are_a_one_line_error(tmp_path):
+    # cos and sin of 63-dimensional ids are 64-dimensional each: stacked, one
+    # more than NumPy allows (an IndexError's traceback).
+    ids = tmp_path / "deep.npy"
+    np.save(ids, np.zeros((1,) * (np.empty((1,) * 64).ndim - 1)))
+    one_line_error(run("rope", str(ids), "8"), "cos and sin together")
+
+
+@pytest.mark.parametrize(
+    ("options", "text"),
+    [
+        (["--seed", "-1"], "a seed is an integer >= 0"),
+        (["--tables", "99999998x99999998"], "tables of at most"),
+    ],
+)
+def test_bench_options_out_of_range_are_one_line_errors(options, text):
+    one_line_error(run("bench", *options), text)
+
+
+def test_bench_json_into_a_missing_folder_is_refused_before_running(tmp_path):
+    # It was created, folders and all, after the run.
+    target = tmp_path / "new" / "dir" / "results.json"
+    one_line_error(run("bench", "--quick", "--json", str(target)), "does not exist")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux's")
+def test_rope_parameters_too_large_to_read_are_a_one_line_error(tmp_path):
+    # A MemoryError's traceback under a memory limit.
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (64 << 20))
+    script = (
+        "import os, resource, sys\n"
+        "from cpe._cli import main\n"
+        "held = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (held + (32 << 20), resource.RLIM_INFINITY))\n"
+        f"sys.exit(main(['rope', '4', '8', '--rope-parameters', '@{big}']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    one_line_error(result, "--rope-parameters: not a JSON object or @file.json")

@@ -23,6 +23,8 @@ from cpe._conventions import CONVENTIONS, LAYOUTS
 from cpe._typing import GridLayout, RopeLayout
 
 PLOT_HINT = "cpe plot needs matplotlib: pip install matplotlib"
+# The most dimensions a NumPy array may have.
+_MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 
 _T = TypeVar("_T")
 
@@ -71,8 +73,9 @@ def _mapping(text: str) -> dict[str, Any]:
         if text.startswith("@"):
             text = pathlib.Path(text[1:]).read_text()
         value = json.loads(text)
-    except (OSError, ValueError, RecursionError) as exc:
-        raise argparse.ArgumentTypeError(f"not a JSON object or @file.json: {exc}") from None
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        reason = str(exc) or type(exc).__name__  # (a MemoryError says nothing)
+        raise argparse.ArgumentTypeError(f"not a JSON object or @file.json: {reason}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
     return value
@@ -326,8 +329,13 @@ def _grid(args: argparse.Namespace) -> int:
 
 
 def _rope(args: argparse.Namespace) -> int:
-    cos_sin = cpe.rope_cos_sin(args.n, args.head_dim, **_keywords(args))
-    return _emit(args, np.stack(cos_sin), ("cos", "sin"))
+    cos, sin = cpe.rope_cos_sin(args.n, args.head_dim, **_keywords(args))
+    if cos.ndim >= _MAX_DIMS:  # (cos and sin are written as one array, one axis more)
+        raise ValueError(
+            f"n: positions of {cos.ndim - 1} dimensions give tables of {cos.ndim}, and cos "
+            f"and sin together {cos.ndim + 1}, more than NumPy's {_MAX_DIMS}"
+        )
+    return _emit(args, np.stack((cos, sin)), ("cos", "sin"))
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -120,6 +120,11 @@ def _widths(text: str) -> tuple[int, ...]:
     return widths
 
 
+# The largest table timed (float64 values): its buffers and NumPy's competitors
+# take several times its size.
+_LARGEST_TABLE_VALUES = 2**28
+
+
 def _table_sizes(text: str) -> tuple[tuple[int, int], ...]:
     """ "512x512,8192x1024" -> ((512, 512), (8192, 1024))."""
     sizes = []
@@ -127,8 +132,24 @@ def _table_sizes(text: str) -> tuple[tuple[int, int], ...]:
         n, x, D = part.partition("x")
         if not x or not n.isdigit():
             raise argparse.ArgumentTypeError(f"table sizes are NxD such as 512x512, got {text!r}")
-        sizes.append((int(n), _widths(D)[0]))
+        size = (int(n), _widths(D)[0])
+        if size[0] * size[1] > _LARGEST_TABLE_VALUES:
+            raise argparse.ArgumentTypeError(
+                f"tables of at most {_LARGEST_TABLE_VALUES} values (2 GiB in float64) are "
+                f"timed, got {part}"
+            )
+        sizes.append(size)
     return tuple(sizes)
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {text!r}")
+    return seed
 
 
 def progress(line: str) -> None:
@@ -186,7 +207,7 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=2024,
         help="seed of positions and shuffles (default: 2024)",
     )
@@ -198,6 +219,8 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
         )
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json: the folder {str(args.json.parent)!r} does not exist")
     return args
 
 
@@ -304,7 +327,6 @@ def main(
             "plan": asdict(plan),
         }
         document = report_json(environment, settings, groups, cold, targets, notes)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
         progress(f"JSON written to {args.json}")
     return 0
