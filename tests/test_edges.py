@@ -8,7 +8,7 @@ behaviour that replaced it.
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -200,3 +200,26 @@ def test_an_attention_factor_beyond_the_dtype_is_refused_by_name(dtype, scaling)
     cos, sin = cpe.rope_cos_sin(4, 8, rope_parameters=config)
     assert np.isfinite(cos).all()
     assert np.isfinite(sin).all()
+
+
+class Turncoat(Sequence[Any]):
+    """A sequence of one item: True when first read, 0 after."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if index != 0:
+            raise IndexError(index)
+        self.reads += 1
+        return True if self.reads == 1 else 0
+
+
+def test_a_nested_sequence_is_read_once():
+    # NumPy read True (converted to 1 beside the other row's integers) and the
+    # bool check then read 0: a bool was encoded as position 1 without a word.
+    with pytest.raises(TypeError, match="got a bool in the sequence"):
+        cpe.positional_encoding([Turncoat(), [3]], 8)

@@ -285,6 +285,22 @@ cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1
     return 0
 
 
+cdef list _read_once(sequence, int depth):
+    """A list of the items of ``sequence``, its nested sequences (lists, tuples
+    and other sequences NumPy reads as such) as lists too: each read once, so
+    that NumPy converts and _check_sequence checks the same items, whatever a
+    sequence yields the next time it is read."""
+    items = list(sequence)
+    if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
+        return items
+    for k, item in enumerate(items):
+        if isinstance(item, (list, tuple)) or (
+                isinstance(item, Sequence) and not isinstance(item, (str, bytes))
+                and not _array_like(item)):
+            items[k] = _read_once(item, depth + 1)
+    return items
+
+
 cdef bint _array_like(item):
     """Whether NumPy would read ``item`` as an array of its own: a buffer, or an
     object with ``__array__`` or an array interface."""
@@ -333,6 +349,8 @@ cpdef object as_positions(position, str name):
     if getattr(position, "requires_grad", False) is True and hasattr(position, "detach"):
         position = position.detach()
     _reject_masked(position, name)
+    if isinstance(position, (list, tuple)):
+        position = _read_once(position, 1)
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
