@@ -320,7 +320,8 @@ def test_positions_of_too_many_dimensions_are_a_one_line_error(tmp_path):
     # cos and sin of 63-dimensional ids are 64-dimensional each: stacked, one
     # more than NumPy allows (an IndexError's traceback).
     ids = tmp_path / "deep.npy"
-    np.save(ids, np.zeros((1,) * (np.empty((1,) * 64).ndim - 1)))
+    most = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32  # NumPy's limit
+    np.save(ids, np.zeros((1,) * (most - 1)))
     one_line_error(run("rope", str(ids), "8"), "cos and sin together")
 
 

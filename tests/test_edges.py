@@ -7,6 +7,7 @@ behaviour that replaced it.
 
 from __future__ import annotations
 
+import numbers
 import tracemalloc
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -223,3 +224,35 @@ def test_a_nested_sequence_is_read_once():
     # bool check then read 0: a bool was encoded as position 1 without a word.
     with pytest.raises(TypeError, match="got a bool in the sequence"):
         cpe.positional_encoding([Turncoat(), [3]], 8)
+
+
+class Knob:
+    """A real number whose value can be turned."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+numbers.Real.register(Knob)
+
+
+def test_an_object_array_is_never_keyed_by_its_addresses():
+    # An array of objects was keyed by its bytes, the addresses of its items: a
+    # factor list whose items changed value (or were freed, their memory reused
+    # by others) gave the frequencies of the first values again.
+    half = 4
+    knob = Knob(1.25)
+    short = np.array([knob] * half, dtype=object)
+    config = {"rope_type": "longrope", "short_factor": short, "long_factor": [2.0] * half,
+              "original_max_position_embeddings": 4096}  # fmt: skip
+    lengths = {"seq_len": 16, "max_position_embeddings": 4096}
+    first = cpe.rope_frequencies(2 * half, rope_parameters=config, **lengths)[0]
+    knob.value = 7.5
+    second = cpe.rope_frequencies(2 * half, rope_parameters=config, **lengths)[0]
+    plain = dict(config, short_factor=[7.5] * half)
+    expected = cpe.rope_frequencies(2 * half, rope_parameters=plain, **lengths)[0]
+    assert second.tobytes() == expected.tobytes()
+    assert first.tobytes() != second.tobytes()

@@ -170,18 +170,23 @@ def test_a_thread_that_cannot_start_leaves_its_part_to_the_calling_thread(monkey
 
 
 @needs_two_cpus
-def test_a_part_thread_that_dies_before_its_part_costs_no_wait():
-    # A tracing hook that raises kills each new thread before it runs its part;
-    # the calling thread then does that part (it once waited for it for ever,
-    # spinning without the GIL). Run in a process of its own, under a timeout,
-    # since the failure is a hang.
-    script = """
+@pytest.mark.parametrize("lines", [0, 1, 2, 3], ids=lambda n: f"after {n} lines")
+def test_a_part_thread_that_dies_costs_no_wait_and_leaves_no_hole(lines):
+    # A tracing hook that raises kills each new thread: at its first call (it
+    # once waited at a gate for ever, spinning without the GIL), or after a few
+    # lines of Python, before or after its part, whichever line that is. The
+    # calling thread then does every part a thread did not finish. Run in a
+    # process of its own, under a timeout, since a failure may be a hang.
+    script = f"""
 import sys, threading
 import numpy as np
 import cpe
 expected = cpe.positional_encoding_table(8192, 512).tobytes()
-def hook(frame, event, arg):
-    raise RuntimeError("tracing hook")
+def hook(frame, event, arg, seen=[0]):
+    if event == "call" and {lines} == 0 or event == "line" and {lines} and (
+            frame.f_code.co_name == "part" and seen.append(1) is None and len(seen) > {lines}):
+        raise RuntimeError("tracing hook")
+    return hook
 threading.settrace(hook)
 threading.excepthook = lambda args: None  # (the dying threads' reports)
 out = cpe.positional_encoding_table(8192, 512, workers=2)

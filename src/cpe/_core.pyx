@@ -599,7 +599,7 @@ cdef Py_ssize_t _PART_BYTES = PART_BYTES
 cdef int _fill_encoding(target, char* sin_data, const double* positions, double start,
                         Py_ssize_t n, _Encoding enc, int store, str name,
                         double amplitude=1.0, Py_ssize_t workers=1, Py_ssize_t row_stride=0,
-                        Py_ssize_t first_column=0, Py_ssize_t column_step=1,
+                        Py_ssize_t first_column=0, const Py_ssize_t* columns=NULL,
                         Py_ssize_t half_at=-1) except -1:
     """The engine's fill loop into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
@@ -620,7 +620,7 @@ cdef int _fill_encoding(target, char* sin_data, const double* positions, double 
         width=enc.width, row_stride=row_stride if row_stride else enc.width,
         float32=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
         w_hi=enc.w_hi, w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
-        levels=levels, store=store, amplitude=amplitude, column_step=column_step,
+        levels=levels, store=store, amplitude=amplitude, columns=columns,
         half_at=half_at if half_at >= 0 else enc.n_freq)
     return _run_request(&r, enc, kept, name, workers)
 
@@ -650,7 +650,7 @@ cdef class _Parts:
     """A checked request filled as ranges of rows, each by a thread of its own (the
     calling one among them), with scratch memory allocated for every part before
     any starts: the parts cannot fail (see part_bounds for where they start)."""
-    cdef const fill_request* r
+    cdef fill_request r  # a copy: the caller's outlives no interrupted call
     cdef fill_scratch* scratch
     cdef Py_ssize_t parts
     cdef list bounds
@@ -671,7 +671,7 @@ cdef class _Parts:
         """CPE_OK once every row is filled, or CPE_ERR_NOMEM with nothing written."""
         cdef Py_ssize_t k
         cdef int status = CPE_OK
-        self.r = r
+        self.r = r[0]
         tables = [<size_t>r.out]
         if r.sin_out != NULL:
             tables.append(<size_t>r.sin_out)
@@ -681,8 +681,8 @@ cdef class _Parts:
             return CPE_ERR_NOMEM
         self.parts = parts
         for k in range(parts):
-            status = _engine.scratch_new(r, self.bounds[k], self.bounds[k + 1] - self.bounds[k],
-                                         &self.scratch[k])
+            status = _engine.scratch_new(&self.r, self.bounds[k],
+                                         self.bounds[k + 1] - self.bounds[k], &self.scratch[k])
             if status != CPE_OK:
                 return status  # (__dealloc__ frees what was allocated)
         run_parts(self.part, parts)
@@ -692,7 +692,7 @@ cdef class _Parts:
         """Fill part ``k`` (see run_parts)."""
         cdef Py_ssize_t first = self.bounds[k], stop = self.bounds[k + 1]
         with nogil:
-            _engine.fill_part(self.r, &self.scratch[k], first, stop - first)
+            _engine.fill_part(&self.r, &self.scratch[k], first, stop - first)
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
@@ -1027,12 +1027,13 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     table of consecutive positions from ``start`` (integral, checked by
     table_start); they are checked once, all of them, against the largest
     frequency of any axis, before anything is written, with the errors of
-    ``name``. Each of ``axes`` is (index, frequencies, first, column_step,
-    half_at): the positions of the axis are ``positions[index]`` (index None:
-    all of them); ``frequencies`` is an even width (the paper's frequencies of
-    ``base``, checked here) or a (2, k) array of double-doubles (see
-    _given_encoding); its values go to the columns of fill_request's
-    ``column_step`` and ``half_at`` (-1: a whole table's) from column ``first``.
+    ``name``. Each of ``axes`` is (index, frequencies, first, columns, half_at):
+    the positions of the axis are ``positions[index]`` (index None: all of them);
+    ``frequencies`` is an even width (the paper's frequencies of ``base``, checked
+    here) or a (2, k) array of double-doubles (see _given_encoding); its values go
+    to the columns of fill_request's ``columns`` (None: its own, in order; else an
+    intp array of k, relative to ``first``) and ``half_at`` (-1: a whole
+    table's), from column ``first``.
     Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
     _fill_encoding).
     """
@@ -1057,7 +1058,7 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
         out=NULL, sin_out=NULL, positions=all_positions, start=start,
         n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, float32=False,
         w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
-        amplitude=1.0, column_step=1, half_at=0)
+        amplitude=1.0, columns=NULL, half_at=0)
     _raise_for(_engine.fill_check(&check), name)
     cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
     target = np.empty((2, size), dtype=np.float64) if narrow else cos
@@ -1066,13 +1067,18 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     cdef int store = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
     cdef Py_ssize_t first
     cdef const double* axis_positions
-    for enc, (index, _, first, step, half_at) in zip(encodings, axes):
+    cdef const Py_ssize_t* column_map
+    for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
         axis = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
         axis_positions = NULL
         if axis is not None:
             axis_positions = <const double*>_address(axis)
+        column_map = NULL
+        if columns is not None:
+            columns = np.ascontiguousarray(columns, dtype=np.intp)
+            column_map = <const Py_ssize_t*>_address(columns)
         _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
-                       store, name, amplitude, workers, head_dim, first, step, half_at)
+                       store, name, amplitude, workers, head_dim, first, column_map, half_at)
     if narrow:
         _round_into(cos, target[0])
         _round_into(sin, target[1])

@@ -49,12 +49,12 @@ cdef struct fill_request:
     double w_max
     cpe_levels* levels
     # how a row is stored; RoPE's factor (1 for the encodings) and where its
-    # values go in a row: frequency j at column j * column_step and, "half",
-    # j * column_step + half_at too (interleaved: pair j * column_step); a whole
-    # table is column_step 1, half_at n_freq (see cpe_rows.h)
+    # values go in a row: frequency j at column c_j and, "half", c_j + half_at
+    # too (interleaved: pair c_j), c_j = columns[j], or j when columns is NULL;
+    # a whole table is columns NULL, half_at n_freq (see cpe_rows.h)
     int store
     double amplitude
-    Py_ssize_t column_step
+    const Py_ssize_t* columns
     Py_ssize_t half_at
 
 cdef struct row_sink:

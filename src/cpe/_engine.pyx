@@ -56,18 +56,18 @@ cdef extern from "cpe_rows.h":
                                   Py_ssize_t, Py_ssize_t) noexcept nogil
     void cpe_chain_blocked_float(float*, float*, const double* const*, int,
                                  Py_ssize_t, Py_ssize_t) noexcept nogil
-    # (..., amplitude, step, half_at)
+    # (..., amplitude, columns, half_at)
     void cpe_chain_rope_half_double(double*, double*, const double* const*, int,
-                                    Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                    Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                     Py_ssize_t) noexcept nogil
     void cpe_chain_rope_half_float(float*, float*, const double* const*, int,
-                                   Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                   Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                    Py_ssize_t) noexcept nogil
     void cpe_chain_rope_interleaved_double(double*, double*, const double* const*, int,
-                                           Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                           Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                            Py_ssize_t) noexcept nogil
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
-                                          Py_ssize_t, Py_ssize_t, double, Py_ssize_t,
+                                          Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                           Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
@@ -398,17 +398,17 @@ cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const
     if r.store == STORE_ROPE_HALF:
         if floating is double:
             cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
-                                       r.amplitude, r.column_step, r.half_at)
+                                       r.amplitude, r.columns, r.half_at)
         else:
             cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
-                                      r.amplitude, r.column_step, r.half_at)
+                                      r.amplitude, r.columns, r.half_at)
     else:
         if floating is double:
             cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
-                                              r.amplitude, r.column_step, r.half_at)
+                                              r.amplitude, r.columns, r.half_at)
         else:
             cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
-                                             r.amplitude, r.column_step, r.half_at)
+                                             r.amplitude, r.columns, r.half_at)
 
 
 # Large outputs are built a chunk of rows at a time in a buffer that stays in L1,
@@ -708,7 +708,7 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
         return CPE_ERR_ARGUMENT
     if rope and (r.width != 2 * r.n_freq or (r.n and r.sin_out == NULL)):
         return CPE_ERR_ARGUMENT
-    if r.row_stride < r.width or r.column_step < 1 or r.half_at < 0:
+    if r.row_stride < r.width or r.half_at < 0 or not _columns_fit(r):
         return CPE_ERR_ARGUMENT
     if r.n and r.row_stride > PY_SSIZE_T_MAX // _itemsize(r) // r.n:  # no memory is that large
         return CPE_ERR_ARGUMENT
@@ -739,7 +739,21 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
 cdef inline bint _whole_rows(const fill_request* r) noexcept nogil:
     # Rows that follow each other, their columns in the store's own order: what
     # may be streamed, and what the encodings' stores write.
-    return r.row_stride == r.width and r.column_step == 1 and r.half_at == r.n_freq
+    return r.row_stride == r.width and r.columns == NULL and r.half_at == r.n_freq
+
+
+cdef inline bint _columns_fit(const fill_request* r) noexcept nogil:
+    # Every column RoPE's store writes lies within a row (see fill_request); the
+    # encodings' stores write whole rows.
+    cdef Py_ssize_t j, column, last = r.n_freq - 1
+    if r.n_freq == 0 or not (r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED):
+        return True
+    for j in range(r.n_freq if r.columns != NULL else 1):
+        column = r.columns[j] if r.columns != NULL else last
+        if column < 0 or column > (r.row_stride - 1 - r.half_at if r.store == STORE_ROPE_HALF
+                                   else (r.row_stride - 2) // 2):
+            return False
+    return True
 
 
 cdef inline Py_ssize_t _itemsize(const fill_request* r) noexcept nogil:
@@ -756,8 +770,8 @@ cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first)
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
                      fill_scratch* s) noexcept nogil:
     """The scratch memory of the rows ``first`` to ``first + count`` of a checked
-    request: CPE_OK, or CPE_ERR_NOMEM with nothing left to free. scratch_free
-    frees it, in either case."""
+    request: CPE_OK, or CPE_ERR_NOMEM. scratch_free frees it, in either case
+    (and again: it leaves nothing to free)."""
     s.owned = NULL
     s.own_rows = NULL
     s.own.rows = NULL
@@ -824,6 +838,8 @@ cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
     else:
         _fill_rows(<double*>_rows_at(r.out, r, first), <double*>_rows_at(r.sin_out, r, first),
                    positions, r.start + <double>first, count, r, s)
+    if s.sink.owned != NULL:  # the streamed stores, fenced by the thread that made them
+        cpe_stream_fence()
 
 
 cdef int fill(const fill_request* r) noexcept nogil:

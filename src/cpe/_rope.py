@@ -282,7 +282,7 @@ def rope_cos_sin(
     rows = math.prod(shape[:-1])
     w = used.frequencies() if rows else None
     frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
-    rope_fill(cos, sin, output_dtype, positions, float(first), [(None, frequencies, 0, 1, -1)],
+    rope_fill(cos, sin, output_dtype, positions, float(first), [(None, frequencies, 0, None, -1)],
               b, interleaved, used.attention_factor, threads, name)  # fmt: skip
     return (cos, sin) if out is None else written(out)
 
@@ -364,10 +364,10 @@ def rope_frequencies(
 # ---- positions of several axes: each axis written straight into its columns ----
 
 # (the index of the axis' positions, its frequencies: the even width of the
-# paper's of base, or a (2, k) array of double-doubles; its first column, the
-# step between its columns and where the second copies of its values start: see
-# cpe._core.rope_fill)
-Axis = tuple[Any, "int | npt.NDArray[np.float64]", int, int, int]
+# paper's of base, or a (2, k) array of double-doubles; its first column, its
+# columns from there when they are not consecutive, and where the second copies
+# of its values start: see cpe._core.rope_fill)
+Axis = tuple[Any, "int | npt.NDArray[np.float64]", int, "npt.NDArray[np.intp] | None", int]
 
 
 def _multimodal(
@@ -391,10 +391,11 @@ def _multimodal(
     if math.prod(shape):
         frequencies = used.double_doubles()
         for axis, which in enumerate(sections_of(used)):
-            for first, step, count in _runs(which):
-                w = frequencies[:, first : first + step * count : step]
+            if which.size:  # the section's frequencies, one encoding, into their columns
+                first = int(which[0])
+                columns = None if which[-1] - first == which.size - 1 else which - first
                 at = 2 * first if interleaved else first
-                axes.append((axis, w, at, step, -1 if interleaved else half))
+                axes.append((axis, frequencies[:, which], at, columns, -1 if interleaved else half))
     rope_fill(
         cos,
         sin,
@@ -409,23 +410,6 @@ def _multimodal(
         "n (the positions)",
     )
     return (cos, sin) if out is None else written(out)
-
-
-def _runs(which: npt.NDArray[np.intp]) -> list[tuple[int, int, int]]:
-    """The sorted frequency indices ``which`` as runs (first, step, count) of
-    equally spaced ones: one for a section of Qwen2-VL, at most two (every third,
-    then a contiguous tail) for those of Qwen3-VL."""
-    runs: list[tuple[int, int, int]] = []
-    k = 0
-    while k < len(which):
-        first = int(which[k])
-        step = int(which[k + 1] - which[k]) if k + 1 < len(which) else 1
-        count = 1
-        while k + count < len(which) and which[k + count] - which[k + count - 1] == step:
-            count += 1
-        runs.append((first, step, count))
-        k += count
-    return runs
 
 
 def _axial(
@@ -447,7 +431,7 @@ def _axial(
     shape = (*positions.shape[:-1], head_dim)
     cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
     offsets = np.cumsum([0, *widths]).tolist()
-    axes: list[Axis] = [((..., i), width, offsets[i], 1, -1) for i, width in enumerate(widths)]
+    axes: list[Axis] = [((..., i), width, offsets[i], None, -1) for i, width in enumerate(widths)]
     rope_fill(
         cos,
         sin,

@@ -266,8 +266,8 @@ def _frozen(value: Any) -> Any:
         return ("sequence", tuple(map(_frozen, value)))
     if kind is dict and all(type(key) is str for key in value):
         return ("mapping", tuple(sorted((key, _frozen(v)) for key, v in value.items())))
-    if kind is np.ndarray and value.ndim == 1:
-        return ("array", value.dtype.str, value.tobytes())
+    if kind is np.ndarray and value.ndim == 1 and value.dtype.kind in "biuf":
+        return ("array", value.dtype.str, value.tobytes())  # (the values' own bytes)
     if isinstance(value, np.generic):
         return (f"{kind.__module__}.{kind.__qualname__}", value.tobytes())
     raise TypeError(f"not kept: a {kind.__name__}")

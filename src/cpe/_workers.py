@@ -143,26 +143,24 @@ def set_workers(workers: int) -> Iterator[None]:
 
 
 def run_parts(work: Callable[[int], None], count: int) -> None:
-    """``work(k)`` for every ``k < count``, the parts of one output, which cannot
-    fail: each on a thread of its own where one starts and runs it, the others on
-    the calling thread (which does ``work(0)`` first). Each part is claimed once,
-    by whichever thread comes first, so a thread that cannot be started, or that
-    dies before its part (a tracing hook that raises), costs time, never a part
-    or a wait. Returns once every part is done, as they write into memory the
-    caller owns; an exception that interrupted the caller meanwhile (a
-    KeyboardInterrupt) is raised then, and so is one that ``work`` raised."""
+    """``work(k)`` for every ``k < count``: the parts of one output, which cannot
+    fail and may be done twice (they write the same values). Part ``k > 0`` runs
+    on a thread of its own, part 0 on the calling thread, which then waits for
+    every thread and does each part whose thread did not finish it (a thread
+    that could not be started, or died before its part: a tracing hook that
+    raises), so a part costs time, never a wait for ever nor a hole. Returns once
+    every part is done and no thread is left writing into the caller's memory;
+    an interrupt of the calling thread meanwhile (a KeyboardInterrupt) is raised
+    then, and so is an exception ``work`` raised."""
     if count == 1:  # the calling thread alone: no thread to wait for
         work(0)
         return
-    claims = [threading.Lock() for _ in range(count)]
+    done = [False] * count
     errors: list[BaseException] = []
 
     def part(k: int) -> None:
-        if claims[k].acquire(blocking=False):
-            try:
-                work(k)
-            except BaseException as exc:  # raised by the caller, below
-                errors.append(exc)
+        work(k)
+        done[k] = True
 
     threads: list[threading.Thread] = []
     try:
@@ -172,38 +170,37 @@ def run_parts(work: Callable[[int], None], count: int) -> None:
             thread.start()
     except Exception:  # no thread to be had: the calling thread does its part below
         pass
-    except BaseException as exc:  # an interrupt: finish the output, then raise it
+    except BaseException as exc:  # an interrupt: the output is finished first
         errors.append(exc)
-    for k in range(count):
-        _surely(part, k)
-    _join(threads)
+    _surely(work, 0, errors)
+    _join(threads, errors)
+    for k in range(1, count):
+        if not done[k]:
+            _surely(work, k, errors)
     if errors:
         raise errors[0]
 
 
-def _surely(action: Callable[[int], None], k: int) -> None:
-    """``action(k)``, again if an exception (a KeyboardInterrupt) interrupted it
-    before it started; the exception is raised when ``action`` has run."""
-    interrupted: BaseException | None = None
+def _surely(work: Callable[[int], None], k: int, errors: list[BaseException]) -> None:
+    """``work(k)`` done, again if an interrupt (a KeyboardInterrupt) stopped it;
+    what stopped it goes to ``errors``."""
     while True:
         try:
-            action(k)
-            break
+            work(k)
+            return
+        except Exception as exc:  # noqa: PERF203 (work's own error: done again, it would recur)
+            errors.append(exc)
+            return
         except BaseException as exc:
-            interrupted = exc
-    if interrupted is not None:
-        raise interrupted
+            errors.append(exc)
 
 
-def _join(threads: list[threading.Thread]) -> None:
-    """Wait for every started thread, even when interrupted; raise the interrupt then."""
-    interrupted: BaseException | None = None
+def _join(threads: list[threading.Thread], errors: list[BaseException]) -> None:
+    """Wait for every started thread, through interrupts, which go to ``errors``."""
     for thread in threads:
         while thread.ident is not None:  # (a thread whose start failed never runs)
             try:
                 thread.join()
                 break
-            except BaseException as exc:  # KeyboardInterrupt: still wait for the part
-                interrupted = exc
-    if interrupted is not None:
-        raise interrupted
+            except BaseException as exc:
+                errors.append(exc)

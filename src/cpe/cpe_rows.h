@@ -327,15 +327,15 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
    checks, and empty in the functions that call them.
    RoPE's stores multiply every value by the attention factor (amplitude) in
    double before the one rounding to T: 1 leaves the bits of the product. They
-   also place the values of frequency j at column j * step ("half": and
-   j * step + half_at; "interleaved": pair j * step), so that one axis of a
-   multi-axis table goes straight into its columns; a whole table is step 1,
-   half_at n_freq. Their functions take these as more parameters: kind ROPE,
-   where the others are kind PLAIN. */
+   also place the values of frequency j at column c_j ("half": and
+   c_j + half_at; "interleaved": pair c_j), c_j = j, or columns[j] when that
+   map is given, so that one axis of a multi-axis table goes straight into its
+   columns; a whole table is columns NULL, half_at n_freq. Their functions take
+   these as more parameters: kind ROPE, where the others are kind PLAIN. */
 #define CPE_CHAIN_EXTRA_PARAMS_PLAIN
-#define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude, Py_ssize_t step, Py_ssize_t half_at
+#define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude, const Py_ssize_t *columns, Py_ssize_t half_at
 #define CPE_CHAIN_EXTRA_ARGS_PLAIN
-#define CPE_CHAIN_EXTRA_ARGS_ROPE , amplitude, step, half_at
+#define CPE_CHAIN_EXTRA_ARGS_ROPE , amplitude, columns, half_at
 #define CPE_CHAIN_PARAMS(T, kind, R)                                                    \
     (T *R first, T *R second, const double *const *rows, int count, Py_ssize_t n_pairs, \
      Py_ssize_t n_freq CPE_CHAIN_EXTRA_PARAMS_##kind)
@@ -346,15 +346,15 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
     CPE_CHAIN_PARAMS(T, kind, CPE_RESTRICT) {                                           \
         CPE_CHAIN_SWITCH(STORE)                                                         \
     }
-/* RoPE's: the loop with step 1 written apart, where its stores are contiguous
-   and vectorize as a whole table's. */
+/* RoPE's: the loop without a column map written apart, where its stores are
+   contiguous and vectorize as a whole table's. */
 #define CPE_CHAIN_STORE_ROPE(T, name, STORE)                                            \
     CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl                                \
     CPE_CHAIN_PARAMS(T, ROPE, CPE_RESTRICT) {                                           \
-        if (step == 1) {                                                                \
+        if (columns == NULL) {                                                          \
             CPE_CHAIN_SWITCH(STORE(j))                                                  \
         } else {                                                                        \
-            CPE_CHAIN_SWITCH(STORE(j * step))                                           \
+            CPE_CHAIN_SWITCH(STORE(columns[j]))                                         \
         }                                                                               \
     }
 #define CPE_ROPE_HALF(T, at)                                                            \

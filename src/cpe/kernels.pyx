@@ -15,13 +15,13 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
 cdef inline int _engine_fill(void* out, void* sin_out, const double* positions,
                              double start, Py_ssize_t n, Py_ssize_t width,
                              const double* w_hi, const double* w_lo, Py_ssize_t n_freq,
-                             int store, bint single) noexcept nogil:
+                             int store, bint float32) noexcept nogil:
     # The request of one call (the engine computes what it does not know: w_max,
     # the levels).
     cdef fill_request r = fill_request(
         out=out, sin_out=sin_out, positions=positions, start=start, n=n, width=width,
-        row_stride=width, float32=single, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0,
-        levels=NULL, store=store, amplitude=1.0, column_step=1, half_at=n_freq)
+        row_stride=width, float32=float32, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0,
+        levels=NULL, store=store, amplitude=1.0, columns=NULL, half_at=n_freq)
     return _engine.fill(&r)
 
 
