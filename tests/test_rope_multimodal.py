@@ -82,6 +82,20 @@ def test_multimodal_columns_are_the_1d_columns(sections, interleaved, layout, dt
     np.testing.assert_array_equal(out[1], sin)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_wide_interleaved_sections_are_the_plain_table(layout):
+    # Each section is one request of its own frequencies, whatever its columns:
+    # split into runs of equally spaced columns, a run of 15 frequencies got
+    # digit levels of another shape than its section of 96, and 30 columns of
+    # the table differed from the plain table's by an ulp.
+    params = {"mrope_section": [96, 80, 80], "mrope_interleaved": True}
+    text = np.broadcast_to(np.arange(0, 70000, 7), (3, 1, 10000))
+    cos, sin = cpe.rope_cos_sin(text, 512, rope_parameters=params, layout=layout)
+    plain = cpe.rope_cos_sin(np.arange(0, 70000, 7), 512, layout=layout)
+    np.testing.assert_array_equal(cos[0], plain[0])
+    np.testing.assert_array_equal(sin[0], plain[1])
+
+
 def test_multimodal_text_positions_are_the_plain_table():
     params = {"mrope_section": [8, 12, 12]}
     text = np.broadcast_to(np.arange(100, 140), (3, 1, 40))
