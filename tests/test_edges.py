@@ -256,3 +256,22 @@ def test_an_object_array_is_never_keyed_by_its_addresses():
     expected = cpe.rope_frequencies(2 * half, rope_parameters=plain, **lengths)[0]
     assert second.tobytes() == expected.tobytes()
     assert first.tobytes() != second.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"rope_parameters": {"rope_theta": 5e-324}}, r"rope_parameters\['rope_theta'\]=5e-324"),
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e-324}},
+            r"rope_parameters\['rope_theta'\]=5e-324",
+        ),
+        ({"base": 5e-324}, r"base=5e-324"),
+    ],
+    ids=["rope_theta", "rope_theta, scaled", "base"],
+)
+def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
+    # They named base, scale and D, none of which a RoPE caller passes.
+    for n in (4, np.arange(4)):
+        with pytest.raises(ValueError, match=rf"^{named} and head_dim=64 give frequencies"):
+            cpe.rope_cos_sin(n, 64, **kwargs)

@@ -126,7 +126,9 @@ def axis_encoding(
 def blend_frequencies(
     w: npt.ArrayLike, divisor: npt.ArrayLike, weight: npt.ArrayLike, kept: npt.ArrayLike
 ) -> npt.NDArray[np.float64]: ...
-def paper_frequencies(width: int, base: float, name: str) -> npt.NDArray[np.float64]: ...
+def paper_frequencies(
+    width: int, base: float, name: str, base_name: str = "base"
+) -> npt.NDArray[np.float64]: ...
 def rope_tables(
     out: tuple[object, object] | None, shape: tuple[int, ...], dt: np.dtype[Any], sizes: str
 ) -> tuple[Any, Any]: ...
@@ -142,4 +144,5 @@ def rope_fill(
     amplitude: float,
     workers: int,
     name: str,
+    base_name: str = "base",
 ) -> None: ...

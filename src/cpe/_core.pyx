@@ -368,10 +368,12 @@ cdef struct _FrequencyKey:  # five 8-byte fields: no padding
 
 
 cdef _Encoding _encoding(object size, double base, double scale, convention, layout,
-                         freq_shift, bint needed, int* layout_code):
+                         freq_shift, bint needed, int* layout_code, str base_name=None):
     """The checked encoding of width ``size`` (an int), and its ``layout_code`` for
     the fill loop (NULL: the caller has a layout of its own); when it is not
-    ``needed`` (empty output), ``None``. Every layout of the same frequencies shares
+    ``needed`` (empty output), ``None``. ``base_name``: RoPE's name of the base
+    (``base``, or the config's ``rope_theta``), for the error of frequencies beyond
+    a double; the 1-D encodings' names otherwise. Every layout of the same frequencies shares
     one encoding, and so its digit levels."""
     cdef Py_ssize_t width = size
     cdef int code = CPE_LAYOUT_INTERLEAVED
@@ -411,6 +413,10 @@ cdef _Encoding _encoding(object size, double base, double scale, convention, lay
             status = _engine.frequencies(hi, hi + stride, n_freq, base, den, scale)
         # Monotone in j: a frequency that underflowed to 0 is the last.
         if status != CPE_OK or (hi[n_freq - 1] == 0.0 and scale != 0.0):
+            if base_name is not None:
+                raise ValueError(
+                    f"{base_name}={base!r} and head_dim={width} give frequencies "
+                    f"{base!r} ** (-2j / {width}), j < {n_freq}, beyond the range of a double")
             raise ValueError(
                 f"base={base!r}, scale={scale!r} and D={width} (with freq_shift, if given) "
                 f"give frequencies scale * base ** (-j / {den!r}), j < {n_freq}, beyond the "
@@ -461,14 +467,14 @@ cdef _Encoding _new_encoding(key, Py_ssize_t width, Py_ssize_t n_freq, double ba
     return <_Encoding>_encodings.keep(key, enc, cnp.PyArray_NBYTES(w))
 
 
-cpdef object paper_frequencies(Py_ssize_t width, double base, str name):
+cpdef object paper_frequencies(Py_ssize_t width, double base, str name, str base_name="base"):
     """The frequencies ``base ** (-2j / width)``, ``j < (width + 1) // 2``, as the
     read-only (2, n) array of double-doubles of their encoding: hi and lo rows;
     ``name``: the argument that sets ``width``, for the error of an impossible size."""
     cdef Py_ssize_t n_freq = (width + 1) // 2
     if n_freq > PY_SSIZE_T_MAX // 16:
         raise ValueError(f"{name}: its {n_freq} frequencies are too large to allocate")
-    return _encoding(width, base, 1.0, None, None, None, True, NULL).frequencies
+    return _encoding(width, base, 1.0, None, None, None, True, NULL, base_name).frequencies
 
 
 def blend_frequencies(w, divisor, weight, kept):
@@ -1018,7 +1024,7 @@ cpdef tuple rope_tables(out, tuple shape, dt, str sizes):
 
 
 def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint interleaved,
-              double amplitude, Py_ssize_t workers, str name):
+              double amplitude, Py_ssize_t workers, str name, str base_name="base"):
     """RoPE: the checked tables ``cos`` and ``sin`` (of shape (..., head_dim),
     dtype ``dt``) filled axis by axis, each axis written straight into its
     columns, every value the one the one-axis table of that axis gives.
@@ -1035,13 +1041,13 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     intp array of k, relative to ``first``) and ``half_at`` (-1: a whole
     table's), from column ``first``.
     Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
-    _fill_encoding).
+    _fill_encoding). ``base_name`` names ``base`` in its errors.
     """
-    cdef double b = as_positive(base, "base") if base is not None else 1.0
+    cdef double b = as_positive(base, base_name) if base is not None else 1.0
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
     if size == 0:
         return None
-    encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL) if type(w) is int
+    encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL, base_name) if type(w) is int
                  else _given_encoding(2 * (<cnp.ndarray>w).shape[1], w)
                  for _, w, _, _, _ in axes]
     cdef _Encoding enc

@@ -271,7 +271,7 @@ def rope_cos_sin(
         return _multimodal(positions, used, output_dtype, interleaved, out, threads)
     # One table, whose (used.width) columns are all one axis': the frequencies are
     # made once its sizes are checked, if it has any rows.
-    b = as_positive(used.base, "base")
+    b = as_positive(used.base, used.base_name)
     if count is not None:
         shape, sizes, name = (count, used.width), "n and head_dim", "start and n"
     else:
@@ -283,7 +283,7 @@ def rope_cos_sin(
     w = used.frequencies() if rows else None
     frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
     rope_fill(cos, sin, output_dtype, positions, float(first), [(None, frequencies, 0, None, -1)],
-              b, interleaved, used.attention_factor, threads, name)  # fmt: skip
+              b, interleaved, used.attention_factor, threads, name, used.base_name)  # fmt: skip
     return (cos, sin) if out is None else written(out)
 
 

@@ -73,6 +73,8 @@ class Scheme:
     base: Any
     attention_factor: float
     width: int
+    # The argument base comes from, for its errors: base, or the config's rope_theta.
+    base_name: str = "base"
     # Multimodal RoPE: the sections (temporal, height, width) of the frequencies,
     # in runs or interleaved (see sections_of); None for one axis.
     sections: tuple[int, int, int] | None = None
@@ -102,7 +104,8 @@ class Scheme:
         """(2, width // 2) double-doubles, the paper's included."""
         w = self.frequencies()
         if w is None:
-            return paper_frequencies(self.width, as_positive(self.base, "base"), "head_dim")
+            base = as_positive(self.base, self.base_name)
+            return paper_frequencies(self.width, base, "head_dim", self.base_name)
         return w
 
     def inv_freq(self) -> npt.NDArray[np.float64]:
@@ -341,9 +344,10 @@ def _frequencies(
         length = default_seq_len()
     # rope_theta overrides base, as a config's does. base itself is checked by
     # the scheme that needs it (the unscaled tables check it after their start).
-    theta = base
+    theta, base_name = base, "base"
     if read.has("rope_theta"):
-        theta = as_positive(rope_parameters["rope_theta"], read.name("rope_theta"))
+        base_name = read.name("rope_theta")
+        theta = as_positive(rope_parameters["rope_theta"], base_name)
     elif rope_type != "default":
         theta = as_positive(base, "base")
     fraction = read.real("partial_rotary_factor", 1.0)
@@ -354,7 +358,9 @@ def _frequencies(
         )
     if rope_type == "proportional":
         blend = _proportional(read, head_dim, fraction)
-        return Scheme(lambda: blend(_paper(head_dim, theta)), theta, 1.0, head_dim)
+        return Scheme(
+            lambda: blend(_paper(head_dim, theta, base_name)), theta, 1.0, head_dim, base_name
+        )
     dim = head_dim if fraction == 1.0 else int(head_dim * fraction)  # exact for any width
     if dim < 2 or dim % 2:
         raise ValueError(
@@ -362,7 +368,7 @@ def _frequencies(
             f"int(head_dim * partial_rotary_factor) = {dim}, which must be even and >= 2"
         )
     if rope_type == "default":
-        return Scheme(None, theta, 1.0, dim)
+        return Scheme(None, theta, 1.0, dim, base_name)
     attention_factor = 1.0
     if rope_type == "linear":
         factor = read.real("factor", positive=True)
@@ -370,18 +376,20 @@ def _frequencies(
         def blend(w: DD) -> DD:
             return blend_frequencies(w, factor, 1.0, 0.0)
     elif rope_type == "dynamic":
-        return Scheme(_dynamic(read, dim, theta, mpe, length), theta, 1.0, dim)
+        return Scheme(_dynamic(read, dim, theta, mpe, length), theta, 1.0, dim, base_name)
     elif rope_type == "yarn":
         blend, attention_factor = _yarn(read, dim, theta, mpe)
     elif rope_type == "longrope":
         blend, attention_factor = _longrope(read, dim, mpe, length)
     else:
         blend = _llama3(read, mpe)
-    return Scheme(lambda: blend(_paper(dim, theta)), theta, attention_factor, dim)
+    return Scheme(
+        lambda: blend(_paper(dim, theta, base_name)), theta, attention_factor, dim, base_name
+    )
 
 
-def _paper(dim: int, theta: float) -> DD:
-    return paper_frequencies(dim, theta, "head_dim")
+def _paper(dim: int, theta: float, base_name: str = "base") -> DD:
+    return paper_frequencies(dim, theta, "head_dim", base_name)
 
 
 def _original(read: _Parameters, mpe: int | None) -> float:
@@ -425,7 +433,7 @@ def _dynamic(
             f"rope_parameters of rope_type 'dynamic' give the base {new_base!r} "
             f"at seq_len {length!r}"
         )
-    return lambda: _paper(dim, new_base)
+    return lambda: _paper(dim, new_base, "rope_parameters' dynamic base")
 
 
 def _yarn(read: _Parameters, dim: int, theta: float, mpe: int | None) -> tuple[Blend, float]:
