@@ -464,16 +464,18 @@ cpdef object adopt_out(out, tuple shape, dt, str name):
     return out
 
 
-cdef object _shared_array(out, str name):
+cdef object _shared_array(out, str name, bint write=True):
     """An ``out=`` of another library (a CPU tensor, say) as a NumPy array of its
     memory, through DLPack or the buffer protocol, which never copy: the checks
     then read that array. One that requires grad is refused: cpe writes into it
-    behind autograd."""
+    behind autograd. Not ``write``: an input, read (detached from autograd)."""
     if not hasattr(out, "__dlpack__"):
         return _buffer_array(out, name)
     if getattr(out, "requires_grad", False) is True:
-        raise TypeError(f"{name} must not require grad: cpe would write into it behind "
-                        "autograd")
+        if write or not callable(getattr(out, "detach", None)):
+            raise TypeError(f"{name} must not require grad: cpe would write into it behind "
+                            "autograd")
+        out = out.detach()
     for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
         if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
             raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
@@ -486,7 +488,7 @@ cdef object _shared_array(out, str name):
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
                         f"DLPack, got {type(out).__name__} ({exc})") from None
-    if not shared.flags.writeable:
+    if not shared.flags.writeable and write:
         if _DLPACK_READ_ONLY:
             raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
                             "DLPack array read-only (NumPy 2.2 and newer share writable "
@@ -519,6 +521,49 @@ cdef object _buffer_array(out, str name):
     except Exception as exc:  # a format or a layout NumPy cannot read
         raise TypeError(f"{name} must share memory that NumPy can read as an array, got "
                         f"{type(out).__name__} of format {view.format!r} ({exc})") from None
+
+
+cpdef object as_rows(value, str name, bint write):
+    """``value`` as a NumPy array of its memory with any strides, whose rows (its
+    last axis) are contiguous: a numpy.ndarray, or another library's CPU array
+    through DLPack or the buffer protocol (see _shared_array), of dtype float64,
+    float32, float16 or bfloat16 and at least one dimension. ``write``: an output,
+    writeable, no two of its elements in the same memory. An input whose rows are
+    not contiguous is copied."""
+    array = value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
+    cdef cnp.ndarray checked = array
+    dt = <object>cnp.PyArray_DESCR(checked)
+    if not cnp.PyArray_ISNOTSWAPPED(checked) or not (
+            dt == _FLOAT64 or dt == _FLOAT32 or dt == _FLOAT16 or dt.name == "bfloat16"):
+        raise TypeError(f"{name} must have dtype {_DTYPES}, got {dt}")
+    cdef int ndim = cnp.PyArray_NDIM(checked)
+    if ndim == 0:
+        raise ValueError(f"{name} must have at least one dimension (its rows), got a scalar")
+    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(checked)
+    cdef bint rows = (cnp.PyArray_DIM(checked, ndim - 1) <= 1
+                      or cnp.PyArray_STRIDE(checked, ndim - 1) == itemsize)
+    if not write:
+        if not rows or not cnp.PyArray_ISALIGNED(checked):
+            array = np.ascontiguousarray(array)
+        return array
+    if not rows or not cnp.PyArray_ISALIGNED(checked):
+        raise ValueError(f"{name} must be aligned, its last axis contiguous")
+    if not cnp.PyArray_ISWRITEABLE(checked):
+        raise ValueError(f"{name} must be writeable")
+    # No two elements in the same bytes: along the axes in order of their strides,
+    # each stride at least the span of the axes before it.
+    cdef Py_ssize_t span = itemsize
+    cdef int k
+    axes = []
+    for k in range(ndim):
+        if cnp.PyArray_DIM(checked, k) > 1:
+            axes.append((abs(cnp.PyArray_STRIDE(checked, k)), cnp.PyArray_DIM(checked, k)))
+    for stride, extent in sorted(axes):
+        if stride < span:
+            raise ValueError(f"{name} must not have elements that share memory "
+                             "(a broadcast or overlapping view)")
+        span = stride * (extent - 1) + span
+    return array
 
 
 cpdef object written(out):

@@ -146,3 +146,19 @@ def rope_fill(
     name: str,
     base_name: str = "base",
 ) -> None: ...
+def rope_apply(
+    targets: list[tuple[Any, ...]],
+    positions: npt.NDArray[Any] | None,
+    start: float,
+    n: int,
+    axes: list[Any],
+    n_freq: int,
+    interleaved: bool,
+    inverse: bool,
+    amplitude: float,
+    workers: int,
+    name: str,
+    base: object = None,
+    base_name: str = "base",
+) -> None: ...
+def round_into(result: Any, values: npt.NDArray[np.float64]) -> Any: ...

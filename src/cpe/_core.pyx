@@ -61,8 +61,11 @@ from cpe._engine cimport (
     cpe_levels,
     cpe_state_get,
     cpe_state_set,
+    apply_request,
+    apply_scratch,
     fill_request,
     fill_scratch,
+    rotation,
 )
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 
@@ -510,16 +513,18 @@ cdef class _Levels:
 cdef Cache _digit_cache = Cache(_DIGIT_BUDGET)
 
 
-cdef _Levels _levels_of(_Encoding enc):
+cdef _Levels _levels_of(_Encoding enc, bint now=False):
     """The (cached) digit levels of ``enc``, or None when they would not fit the
-    cache, or when ``enc`` fills its first request: an encoding used once (a
-    new base, say) pays for no table of levels, only for the rows it needs."""
+    cache, or when ``enc`` fills its first request (unless ``now``: RoPE
+    applied, whose blocks are too short to keep levels of their own): an
+    encoding used once (a new base, say) pays for no table of levels, only for
+    the rows it needs."""
     cdef Py_ssize_t radix
     cdef int shift, n_levels
     cpe_level_shape(enc.n_freq, &radix, &shift, &n_levels)
     if enc.n_freq == 0 or n_levels * radix * 16 * enc.n_freq > _DIGIT_BUDGET // 2:
         return None
-    if not cpe_state_get(&enc.used):  # racing threads make them a request sooner or later
+    if not cpe_state_get(&enc.used) and not now:  # (racing threads: a request later)
         # (An encoding made again after the frequency cache let it go may find
         # its levels on its second request only: the same bits either way.)
         cpe_state_set(&enc.used, 1)
@@ -653,11 +658,14 @@ cdef int _run_request(fill_request* r, _Encoding enc, _Levels kept, str name,
 
 @cython.final
 cdef class _Parts:
-    """A checked request filled as ranges of rows, each by a thread of its own (the
-    calling one among them), with scratch memory allocated for every part before
-    any starts: the parts cannot fail (see part_bounds for where they start)."""
+    """A checked request filled (or applied) as ranges of rows (or positions),
+    each by a thread of its own (the calling one among them), with scratch memory
+    allocated for every part before any starts: the parts cannot fail (see
+    part_bounds for where they start)."""
     cdef fill_request r  # a copy: the caller's outlives no interrupted call
     cdef fill_scratch* scratch
+    cdef apply_request a  # (or an apply request, when apply_scratch is set)
+    cdef apply_scratch* apply_scratch
     cdef Py_ssize_t parts
     cdef list bounds
     cdef object owners  # what the request's pointers point into
@@ -671,6 +679,29 @@ cdef class _Parts:
             for k in range(self.parts):
                 _engine.scratch_free(&self.scratch[k])
             PyMem_Free(self.scratch)
+        if self.apply_scratch != NULL:
+            for k in range(self.parts):
+                _engine.apply_scratch_free(&self.apply_scratch[k])
+            PyMem_Free(self.apply_scratch)
+
+    cdef int run_apply(self, const apply_request* a, Py_ssize_t parts) except? -1:
+        """CPE_OK once every position's rows are rotated, or CPE_ERR_NOMEM with
+        nothing written (see run)."""
+        cdef Py_ssize_t k
+        cdef int status = CPE_OK
+        self.a = a[0]
+        self.bounds = part_bounds(a.n, parts, 1, ())
+        self.apply_scratch = <apply_scratch*>PyMem_Calloc(parts, sizeof(apply_scratch))
+        if self.apply_scratch == NULL:
+            return CPE_ERR_NOMEM
+        self.parts = parts
+        for k in range(parts):
+            status = _engine.apply_scratch_new(&self.a, self.bounds[k + 1] - self.bounds[k],
+                                               &self.apply_scratch[k])
+            if status != CPE_OK:
+                return status
+        run_parts(self.part, parts)
+        return CPE_OK
 
     cdef int run(self, const fill_request* r, Py_ssize_t row_bytes,
                  Py_ssize_t parts) except? -1:
@@ -698,7 +729,10 @@ cdef class _Parts:
         """Fill part ``k`` (see run_parts)."""
         cdef Py_ssize_t first = self.bounds[k], stop = self.bounds[k + 1]
         with nogil:
-            _engine.fill_part(&self.r, &self.scratch[k], first, stop - first)
+            if self.apply_scratch != NULL:
+                _engine.apply_part(&self.a, &self.apply_scratch[k], first, stop - first)
+            else:
+                _engine.fill_part(&self.r, &self.scratch[k], first, stop - first)
 
 
 cdef object _encode(result, dt, const double* positions, double start, Py_ssize_t n,
@@ -764,6 +798,18 @@ cdef int _round_into(result, cnp.ndarray values) except -1:
         with nogil:
             _bfloat16_bits(x, bits, n)
     return 0
+
+
+def round_into(result, cnp.ndarray values):
+    """``values`` (float64, C order, of ``result``'s shape) rounded once into the
+    checked float16 or bfloat16 array ``result``, whatever its strides."""
+    if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>result):
+        _round_into(result, values)
+        return result
+    rounded = np.empty(array_shape(<cnp.ndarray>result), dtype=(<cnp.ndarray>result).dtype)
+    _round_into(rounded, values)
+    np.copyto(result, rounded, casting="no")  # (the same dtype: the bits copied)
+    return result
 
 
 cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, double base, dt,
@@ -1023,6 +1069,46 @@ cpdef tuple rope_tables(out, tuple shape, dt, str sizes):
     return cos, sin
 
 
+cdef tuple _axis_encodings(list axes, base, str base_name):
+    """The encodings of RoPE's axes (see rope_fill) and their largest |w_j|."""
+    cdef double b = as_positive(base, base_name) if base is not None else 1.0
+    encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL, base_name) if type(w) is int
+                 else _given_encoding(2 * (<cnp.ndarray>w).shape[1], w)
+                 for _, w, _, _, _ in axes]
+    cdef _Encoding enc
+    cdef double w_max = 0.0
+    for enc in encodings:
+        w_max = max(w_max, enc.w_max)
+    return encodings, w_max
+
+
+cdef object _checked_positions(positions, double start, Py_ssize_t rows, double w_max,
+                               str name):
+    """RoPE's positions (as_positions' array, of every axis), as float64, or None for
+    ``rows`` consecutive positions from ``start``: all of them checked at once
+    against the largest frequency of any axis, with the errors of ``name``."""
+    pos = None if positions is None else positions_float64(positions, name)
+    cdef const double* all_positions = NULL
+    if pos is not None:
+        all_positions = <const double*>_address(pos)
+    cdef fill_request check = fill_request(
+        out=NULL, sin_out=NULL, positions=all_positions, start=start,
+        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, float32=False,
+        w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
+        amplitude=1.0, columns=NULL, half_at=0)
+    _raise_for(_engine.fill_check(&check), name)
+    return pos
+
+
+cdef object _axis_arrays(pos, index, columns):
+    """An axis' positions (``pos[index]``, or all of ``pos``; None stays None) and
+    its column map (None, or intp), each C-contiguous."""
+    axis = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
+    if columns is not None:
+        columns = np.ascontiguousarray(columns, dtype=np.intp)
+    return axis, columns
+
+
 def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint interleaved,
               double amplitude, Py_ssize_t workers, str name, str base_name="base"):
     """RoPE: the checked tables ``cos`` and ``sin`` (of shape (..., head_dim),
@@ -1043,29 +1129,14 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
     _fill_encoding). ``base_name`` names ``base`` in its errors.
     """
-    cdef double b = as_positive(base, base_name) if base is not None else 1.0
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
     if size == 0:
         return None
-    encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL, base_name) if type(w) is int
-                 else _given_encoding(2 * (<cnp.ndarray>w).shape[1], w)
-                 for _, w, _, _, _ in axes]
+    encodings, w_max = _axis_encodings(axes, base, base_name)
     cdef _Encoding enc
-    cdef double w_max = 0.0
-    for enc in encodings:
-        w_max = max(w_max, enc.w_max)
     cdef Py_ssize_t head_dim = cnp.PyArray_DIM(<cnp.ndarray>cos, cnp.PyArray_NDIM(cos) - 1)
     cdef Py_ssize_t rows = size // head_dim
-    pos = None if positions is None else positions_float64(positions, name)
-    cdef const double* all_positions = NULL
-    if pos is not None:
-        all_positions = <const double*>_address(pos)
-    cdef fill_request check = fill_request(
-        out=NULL, sin_out=NULL, positions=all_positions, start=start,
-        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, float32=False,
-        w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
-        amplitude=1.0, columns=NULL, half_at=0)
-    _raise_for(_engine.fill_check(&check), name)
+    pos = _checked_positions(positions, start, rows, w_max, name)
     cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
     target = np.empty((2, size), dtype=np.float64) if narrow else cos
     cdef char* sin_data = _address(target) + size * 8 if narrow else _address(sin)
@@ -1075,17 +1146,109 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     cdef const double* axis_positions
     cdef const Py_ssize_t* column_map
     for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
-        axis = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
-        axis_positions = NULL
-        if axis is not None:
-            axis_positions = <const double*>_address(axis)
-        column_map = NULL
-        if columns is not None:
-            columns = np.ascontiguousarray(columns, dtype=np.intp)
-            column_map = <const Py_ssize_t*>_address(columns)
+        axis, columns = _axis_arrays(pos, index, columns)
+        axis_positions = NULL if axis is None else <const double*>_address(axis)
+        column_map = NULL if columns is None else <const Py_ssize_t*>_address(columns)
         _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
                        store, name, amplitude, workers, head_dim, first, column_map, half_at)
     if narrow:
         _round_into(cos, target[0])
         _round_into(sin, target[1])
     return None
+
+
+def rope_apply(list targets, positions, double start, Py_ssize_t n, list axes,
+               Py_ssize_t n_freq, bint interleaved, bint inverse, double amplitude,
+               Py_ssize_t workers, str name, base=None, str base_name="base"):
+    """RoPE applied: the rows of ``targets`` rotated by the angles of ``n``
+    positions, the values of RoPE's float64 tables (``amplitude`` included).
+
+    Each target is ``(x, y, x_rows, y_rows, x_heads, y_heads, heads_inner)``:
+    checked float64 or float32 arrays whose rows (last axis, contiguous, of
+    ``2 n_freq`` values or more) at byte offsets ``rows[i] + heads[h]`` from their
+    data are those of position ``i`` (see _engine.rotation); ``y`` is written
+    (``x`` itself, or an array that shares no memory with any other target).
+    ``positions`` and ``start`` are as for rope_fill, with ``n`` points; each of
+    ``axes`` is ``(index, frequencies, first, columns, 0)``: as there, with
+    ``first`` its first frequency among the ``n_freq`` that rotate pair ``j``
+    ("half": values j and n_freq + j; ``interleaved``: 2j and 2j + 1), and
+    half_at 0 (see _engine.apply_request).
+    ``inverse``: rotated backwards. Up to ``workers`` threads rotate many rows.
+    """
+    if n == 0 or not targets:
+        return None
+    encodings, w_max = _axis_encodings(axes, base, base_name)
+    pos = _checked_positions(positions, start, n, w_max, name)
+    if len(axes) > _engine.APPLY_MAX_AXES:
+        raise ValueError(f"at most {_engine.APPLY_MAX_AXES} axes, got {len(axes)}")
+    cdef fill_request requests[8]
+    cdef Py_ssize_t first_columns[8]
+    cdef _Encoding enc
+    cdef _Levels kept
+    cdef const double* axis_positions
+    cdef const Py_ssize_t* column_map
+    cdef cpe_levels* levels
+    cdef int k = 0
+    owners = [targets]
+    for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
+        axis, columns = _axis_arrays(pos, index, columns)
+        kept = _levels_of(enc, n > 1)
+        owners += [axis, columns, kept]
+        axis_positions = NULL if axis is None else <const double*>_address(axis)
+        column_map = NULL if columns is None else <const Py_ssize_t*>_address(columns)
+        levels = NULL if kept is None else &kept.c
+        requests[k] = fill_request(
+            out=NULL, sin_out=NULL, positions=axis_positions, start=start, n=n,
+            width=enc.width, row_stride=2 * n_freq, float32=False, w_hi=enc.w_hi,
+            w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
+            levels=levels, store=STORE_ROPE_HALF, amplitude=amplitude, columns=column_map,
+            half_at=half_at)
+        first_columns[k] = first
+        k += 1
+    cdef Py_ssize_t count = len(targets), t, values = 0
+    cdef rotation* rotations = <rotation*>PyMem_Calloc(count, sizeof(rotation))
+    if rotations == NULL:
+        raise MemoryError("cpe: could not allocate scratch memory")
+    cdef cnp.ndarray x, y
+    cdef apply_request a
+    cdef apply_scratch scratch
+    cdef int status
+    cdef Py_ssize_t parts = 1
+    try:
+        for t, (x, y, x_rows, y_rows, x_heads, y_heads, heads_inner) in enumerate(targets):
+            rotations[t] = rotation(
+                x=<char*>cnp.PyArray_DATA(x), y=<char*>cnp.PyArray_DATA(y),
+                x_rows=<const Py_ssize_t*>_address(x_rows),
+                y_rows=<const Py_ssize_t*>_address(y_rows),
+                x_heads=<const Py_ssize_t*>_address(x_heads),
+                y_heads=<const Py_ssize_t*>_address(y_heads),
+                n_heads=cnp.PyArray_SIZE(x_heads),
+                width=cnp.PyArray_DIM(y, cnp.PyArray_NDIM(y) - 1),
+                float32=cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32, heads_inner=heads_inner)
+            values += cnp.PyArray_SIZE(y)
+        a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
+                          interleaved=interleaved, inverse=inverse, targets=rotations,
+                          n_targets=count)
+        a.axes = &requests[0]
+        a.first_columns = &first_columns[0]
+        with nogil:
+            status = _engine.apply_check(&a)
+        _raise_for(status, name)
+        if workers > 1:
+            parts = part_count(workers, n, values * 8)
+        if parts > 1:
+            return _raise_for(_Parts(owners).run_apply(&a, parts), name)
+        if values < _NOGIL_VALUES:
+            status = _engine.apply_scratch_new(&a, n, &scratch)
+            if status == CPE_OK:
+                _engine.apply_part(&a, &scratch, 0, n)
+            _engine.apply_scratch_free(&scratch)
+        else:
+            with nogil:
+                status = _engine.apply_scratch_new(&a, n, &scratch)
+                if status == CPE_OK:
+                    _engine.apply_part(&a, &scratch, 0, n)
+                _engine.apply_scratch_free(&scratch)
+        return _raise_for(status, name)
+    finally:
+        PyMem_Free(rotations)

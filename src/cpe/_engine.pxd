@@ -75,6 +75,54 @@ cdef struct fill_scratch:
     cpe_levels own
     row_sink sink
 
+cdef struct rotation:
+    # One array of an apply request. The rows of position i are at
+    # y + y_rows[i] + y_heads[h], h < n_heads (bytes), `width` values each,
+    # float32 when `float32`, else float64, the last axis contiguous: their
+    # first 2 n_freq values are rotated in place, after the row is copied from
+    # x + x_rows[i] + x_heads[h] when that is another row. `heads_inner`: the
+    # rows of a position are visited together (they lie near each other).
+    char* x
+    char* y
+    const Py_ssize_t* x_rows
+    const Py_ssize_t* y_rows
+    const Py_ssize_t* x_heads
+    const Py_ssize_t* y_heads
+    Py_ssize_t n_heads
+    Py_ssize_t width
+    bint float32
+    bint heads_inner
+
+cdef struct apply_request:
+    # RoPE applied: the angles of n positions, made by n_axes fill requests
+    # (each axis into its columns, from first_columns[k], of a table whose rows
+    # hold n_freq cosines then n_freq sines: RoPE's "half" store with half_at 0,
+    # row_stride 2 n_freq; out and sin_out are set block by block),
+    # rotate the rows of every target, pair j by the angle of frequency j ("half":
+    # values j and n_freq + j; "interleaved": 2j and 2j + 1), backwards when
+    # `inverse`.
+    const fill_request* axes
+    const Py_ssize_t* first_columns
+    int n_axes
+    Py_ssize_t n
+    Py_ssize_t n_freq
+    bint interleaved
+    bint inverse
+    const rotation* targets
+    Py_ssize_t n_targets
+
+cdef enum:
+    APPLY_MAX_AXES = 8
+
+cdef struct apply_scratch:
+    # What one part of an apply request works with: a block of the angles'
+    # table and each axis' fill scratch.
+    double* owned
+    double* table
+    Py_ssize_t rows
+    int n_axes
+    fill_scratch axes[8]
+
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                      double base, double exponent_den, double scale) noexcept nogil
 cdef void blend_frequencies(double* w_hi, double* w_lo, const double* divisor,
@@ -87,3 +135,9 @@ cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
                     Py_ssize_t count) noexcept nogil
 cdef void scratch_free(fill_scratch* s) noexcept nogil
 cdef int fill(const fill_request* r) noexcept nogil
+cdef int apply_check(const apply_request* a) noexcept nogil
+cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
+                           apply_scratch* s) noexcept nogil
+cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
+                     Py_ssize_t count) noexcept nogil
+cdef void apply_scratch_free(apply_scratch* s) noexcept nogil

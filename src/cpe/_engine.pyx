@@ -69,6 +69,16 @@ cdef extern from "cpe_rows.h":
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
                                           Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                           Py_ssize_t) noexcept nogil
+    void cpe_prefetch_bytes(const char* p, Py_ssize_t n) noexcept nogil
+    # (a, b, c, s, n): see cpe_rows.h
+    void cpe_rotate_half_double(double*, double*, const double*, const double*,
+                                Py_ssize_t) noexcept nogil
+    void cpe_rotate_half_float(float*, float*, const double*, const double*,
+                               Py_ssize_t) noexcept nogil
+    void cpe_rotate_interleaved_double(double*, double*, const double*, const double*,
+                                       Py_ssize_t) noexcept nogil
+    void cpe_rotate_interleaved_float(float*, float*, const double*, const double*,
+                                      Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -968,3 +978,181 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
             a = direct
             b = identity
         _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, a, b)
+
+
+# ---- RoPE applied: the angles a block at a time, then the caller's rows ----
+# The angles of a block of positions are made by the one fill loop, each axis
+# into its columns of a small table whose row i holds position i's n_freq
+# cosines, then its n_freq sines (the float64 values of RoPE's tables, the
+# attention factor included: RoPE's "half" store with both copies of a value in
+# one place). The table stays in the first-level cache while every row of those
+# positions is rotated by it: the caller's memory is read and written once, and
+# every value is the one rope_cos_sin gives.
+
+# The bytes of a block's table.
+cdef Py_ssize_t _BLOCK_BYTES = 64 * 1024
+
+
+cdef inline fill_request _block_axis(const apply_request* a, const apply_scratch* s, int k,
+                                     Py_ssize_t first, Py_ssize_t count) noexcept nogil:
+    # Axis k's request for the positions first .. first + count, into the block.
+    cdef fill_request axis = a.axes[k]
+    axis.out = s.table + a.first_columns[k]
+    axis.sin_out = s.table + a.n_freq + a.first_columns[k]
+    if axis.positions != NULL:
+        axis.positions += first
+    axis.start += <double>first
+    axis.n = count
+    return axis
+
+
+cdef int apply_check(const apply_request* a) noexcept nogil:
+    """The request checked before anything is allocated or written: each axis as
+    fill_check checks a request (its columns within the cosines of a row from its
+    first column; the block's table is the parts' own), and the targets' sizes.
+    A request that passes is applied by apply_scratch_new and apply_part, which
+    fail only for want of memory (apply_scratch_new)."""
+    cdef fill_request axis
+    cdef double block = 0.0  # (a valid address: the tables' pointers are checked as set)
+    cdef Py_ssize_t t, j, column, row = 2 * a.n_freq
+    cdef const rotation* target
+    cdef int k, status
+    if (a.n < 0 or not 0 <= a.n_freq <= PY_SSIZE_T_MAX // 64 or a.n_targets < 0
+            or not 1 <= a.n_axes <= APPLY_MAX_AXES or a.axes == NULL
+            or a.first_columns == NULL or (a.n_targets and a.targets == NULL)):
+        return CPE_ERR_ARGUMENT
+    for t in range(a.n_targets):
+        target = &a.targets[t]
+        if target.n_heads < 0 or target.width < row:
+            return CPE_ERR_ARGUMENT
+        if a.n and target.n_heads and (target.x == NULL or target.y == NULL
+                                       or target.x_rows == NULL or target.y_rows == NULL
+                                       or target.x_heads == NULL or target.y_heads == NULL):
+            return CPE_ERR_ARGUMENT
+    for k in range(a.n_axes):
+        axis = a.axes[k]
+        if (axis.store != STORE_ROPE_HALF or axis.float32 or axis.n != a.n
+                or axis.row_stride != row or axis.half_at != 0
+                or not 0 <= a.first_columns[k] <= a.n_freq):
+            return CPE_ERR_ARGUMENT
+        for j in range(axis.n_freq):  # each frequency's column among the cosines
+            column = axis.columns[j] if axis.columns != NULL else j
+            if not 0 <= column < a.n_freq - a.first_columns[k]:
+                return CPE_ERR_ARGUMENT
+        # The rest as fill_check checks a whole table of the axis' own.
+        axis.out = axis.sin_out = &block
+        axis.row_stride = axis.width
+        axis.columns = NULL
+        axis.half_at = axis.n_freq
+        status = fill_check(&axis)
+        if status != CPE_OK:
+            return status
+    return CPE_OK
+
+
+cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
+                           apply_scratch* s) noexcept nogil:
+    """The scratch of a part of ``count`` positions of a checked request: CPE_OK,
+    or CPE_ERR_NOMEM. apply_scratch_free frees it, in either case."""
+    cdef Py_ssize_t row = 2 * a.n_freq
+    cdef fill_request axis
+    cdef int k, status
+    s.owned = s.table = NULL
+    s.n_axes = 0
+    s.rows = min(count, min(64, max(1, _BLOCK_BYTES // (8 * max(row, 1)))))
+    if count == 0 or a.n_freq == 0:
+        return CPE_OK
+    s.owned = <double*>malloc(sizeof(double) * (s.rows * row + 8))
+    if s.owned == NULL:
+        return CPE_ERR_NOMEM
+    s.table = _line_start(s.owned)
+    for k in range(a.n_axes):
+        axis = _block_axis(a, s, k, 0, s.rows)  # (small: built in place, never streamed)
+        s.n_axes = k + 1
+        status = scratch_new(&axis, 0, s.rows, &s.axes[k])
+        if status != CPE_OK:
+            apply_scratch_free(s)
+            return status
+    return CPE_OK
+
+
+cdef void apply_scratch_free(apply_scratch* s) noexcept nogil:
+    cdef int k
+    for k in range(s.n_axes):
+        scratch_free(&s.axes[k])
+    s.n_axes = 0
+    free(s.owned)
+    s.owned = s.table = NULL
+
+
+cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
+                     Py_ssize_t count) noexcept nogil:
+    """The rows of positions ``first`` to ``first + count`` of a checked request,
+    with the scratch apply_scratch_new made for them."""
+    cdef Py_ssize_t i = 0, m, j, row
+    cdef fill_request axis
+    cdef int k
+    while i < count:
+        m = min(s.rows, count - i) if a.n_freq else count - i
+        for k in range(s.n_axes):
+            axis = _block_axis(a, s, k, first + i, m)
+            fill_part(&axis, &s.axes[k], 0, m)
+        if a.inverse:  # the angle's negative: its sines negated (exact)
+            for row in range(m):
+                for j in range(a.n_freq):
+                    s.table[(2 * row + 1) * a.n_freq + j] = -s.table[(2 * row + 1) * a.n_freq + j]
+        _rotate_block(a, s, first + i, m)
+        i += m
+
+
+cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
+                               Py_ssize_t first, Py_ssize_t count) noexcept nogil:
+    # Every target's rows of the positions first .. first + count, whose angles
+    # are the block's rows 0 .. count. A row soon rotated is prefetched: the rows
+    # of many heads are too many streams for the hardware's prefetcher to follow.
+    cdef Py_ssize_t t, i, h, row_bytes
+    cdef const rotation* target
+    for t in range(a.n_targets):
+        target = &a.targets[t]
+        row_bytes = target.width * (4 if target.float32 else 8)
+        if target.heads_inner:
+            for i in range(count):
+                for h in range(target.n_heads):
+                    if i + 1 < count:  # the next position's row, a row apart
+                        cpe_prefetch_bytes(target.y + target.y_rows[first + i + 1]
+                                           + target.y_heads[h], row_bytes)
+                        cpe_prefetch_bytes(target.x + target.x_rows[first + i + 1]
+                                           + target.x_heads[h], row_bytes)
+                    _rotate_row(a, target, s, first, i, h)
+        else:
+            for h in range(target.n_heads):
+                for i in range(count):
+                    if h + 1 < target.n_heads:  # the next head's row, a block apart
+                        cpe_prefetch_bytes(target.y + target.y_rows[first + i]
+                                           + target.y_heads[h + 1], row_bytes)
+                        cpe_prefetch_bytes(target.x + target.x_rows[first + i]
+                                           + target.x_heads[h + 1], row_bytes)
+                    _rotate_row(a, target, s, first, i, h)
+
+
+cdef inline void _rotate_row(const apply_request* a, const rotation* target,
+                             const apply_scratch* s, Py_ssize_t first, Py_ssize_t i,
+                             Py_ssize_t h) noexcept nogil:
+    cdef char* y = target.y + target.y_rows[first + i] + target.y_heads[h]
+    cdef const char* x = target.x + target.x_rows[first + i] + target.x_heads[h]
+    cdef Py_ssize_t n = a.n_freq
+    if x != y:
+        memcpy(y, x, target.width * (4 if target.float32 else 8))
+    if n == 0:
+        return
+    cdef const double* c = s.table + i * 2 * n
+    cdef const double* sn = c + n
+    if target.float32:
+        if a.interleaved:
+            cpe_rotate_interleaved_float(<float*>y, NULL, c, sn, n)
+        else:
+            cpe_rotate_half_float(<float*>y, <float*>y + n, c, sn, n)
+    elif a.interleaved:
+        cpe_rotate_interleaved_double(<double*>y, NULL, c, sn, n)
+    else:
+        cpe_rotate_half_double(<double*>y, <double*>y + n, c, sn, n)

@@ -247,24 +247,16 @@ def rope_cos_sin(
         first = table_start(start, count)
     else:
         _check_no_offset(start)
-    if inv_freq is not None:
-        if rope_parameters is not None:
-            raise TypeError("rope_cos_sin takes rope_parameters or inv_freq, not both")
-        if max_position_embeddings is not None or seq_len is not None:
-            raise TypeError(
-                "max_position_embeddings and seq_len set rope_parameters' frequencies: "
-                "they cannot be combined with inv_freq"
-            )
-        used = _given(inv_freq, width, base)
-    else:
-        used = scheme(
-            width,
-            base,
-            rope_parameters,
-            max_position_embeddings,
-            seq_len,
-            lambda: _length(count, positions, first),
-        )
+    used = scheme_of(
+        "rope_cos_sin",
+        width,
+        base,
+        rope_parameters,
+        max_position_embeddings,
+        seq_len,
+        inv_freq,
+        lambda: _length(count, positions, first),
+    )
     _check_amplitude(used.attention_factor, output_dtype)
     interleaved = layout == "interleaved"
     if positions is not None and used.sections is not None:
@@ -459,6 +451,30 @@ def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
     if sum(widths) != head_dim:
         raise ValueError(f"head_dim must be the sum of axes_dim, {sum(widths)}, got {head_dim}")
     return widths
+
+
+def scheme_of(
+    function: str,
+    width: int,
+    base: Any,
+    rope_parameters: Any,
+    max_position_embeddings: Any,
+    seq_len: Any,
+    inv_freq: Any,
+    length: Any,
+) -> Scheme:
+    """The encoding that RoPE's keywords give (``function`` names the caller in
+    the errors; ``length()`` is the request's sequence length, see _length)."""
+    if inv_freq is None:
+        return scheme(width, base, rope_parameters, max_position_embeddings, seq_len, length)
+    if rope_parameters is not None:
+        raise TypeError(f"{function} takes rope_parameters or inv_freq, not both")
+    if max_position_embeddings is not None or seq_len is not None:
+        raise TypeError(
+            "max_position_embeddings and seq_len set rope_parameters' frequencies: "
+            "they cannot be combined with inv_freq"
+        )
+    return _given(inv_freq, width, base)
 
 
 def _head_dim(head_dim: Any) -> int:

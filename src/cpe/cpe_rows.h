@@ -410,6 +410,55 @@ CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, float, ROPE, rope_half)
 CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, double, ROPE, rope_interleaved)
 CPE_CHAIN_MULTIVERSION(CPE_MULTIVERSION, float, ROPE, rope_interleaved)
 
+/* A hint that the n bytes at p will be used soon (nothing else changes).
+   Always inlined: a function that only prefetches has no effect the compiler
+   must keep, and calls to it may be removed. */
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#include <xmmintrin.h>
+CPE_ALWAYS_INLINE void cpe_prefetch_bytes(const char *p, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
+}
+#elif defined(__GNUC__) || defined(__clang__)
+CPE_ALWAYS_INLINE void cpe_prefetch_bytes(const char *p, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k += 64) __builtin_prefetch(p + k, 0, 3);
+}
+#else
+CPE_ALWAYS_INLINE void cpe_prefetch_bytes(const char *p, Py_ssize_t n) { (void)p, (void)n; }
+#endif
+
+/* ---- rotation: RoPE applied in place to a row of the caller's ----
+ * Pair j, (a[j], b[j]) ("half": a is the row, b its second half) or
+ * (x[2j], x[2j + 1]) ("interleaved"), for j < n, is rotated by the angle whose
+ * cosine and sine are c[j] and s[j]: (x1 c - x2 s, x2 c + x1 s), computed in
+ * double from the pair's values and rounded once to T. As for the chains, every
+ * copy runs the same operations (no FMA), so all give the same bits. */
+#define CPE_ROTATE_PAIR(T, first, second)                                       \
+    {                                                                           \
+        double x1 = (double)(first), x2 = (double)(second);                     \
+        (first) = (T)(x1 * c[j] - x2 * s[j]);                                   \
+        (second) = (T)(x2 * c[j] + x1 * s[j]);                                  \
+    }
+#define CPE_ROTATE_KERNELS(T)                                                   \
+    CPE_ALWAYS_INLINE void cpe_rotate_half_##T##_impl(                          \
+        T *CPE_RESTRICT a, T *CPE_RESTRICT b, const double *CPE_RESTRICT c,     \
+        const double *CPE_RESTRICT s, Py_ssize_t n) {                           \
+        for (Py_ssize_t j = 0; j < n; j++) CPE_ROTATE_PAIR(T, a[j], b[j])       \
+    }                                                                           \
+    CPE_ALWAYS_INLINE void cpe_rotate_interleaved_##T##_impl(                   \
+        T *CPE_RESTRICT x, T *CPE_RESTRICT unused, const double *CPE_RESTRICT c, \
+        const double *CPE_RESTRICT s, Py_ssize_t n) {                           \
+        (void)unused;                                                           \
+        for (Py_ssize_t j = 0; j < n; j++) CPE_ROTATE_PAIR(T, x[2 * j], x[2 * j + 1]) \
+    }                                                                           \
+    CPE_MULTIVERSION(cpe_rotate_half_##T,                                       \
+                     (T * a, T * b, const double *c, const double *s, Py_ssize_t n), \
+                     (a, b, c, s, n))                                           \
+    CPE_MULTIVERSION(cpe_rotate_interleaved_##T,                                \
+                     (T * a, T * b, const double *c, const double *s, Py_ssize_t n), \
+                     (a, b, c, s, n))
+CPE_ROTATE_KERNELS(double)
+CPE_ROTATE_KERNELS(float)
+
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
  * what limits plain stores: the fill loop builds a chunk of rows in a buffer

@@ -1,0 +1,427 @@
+"""apply_rope: values, the one rounding, invariance, in place, errors.
+
+The reference rotation is written here from the definition (x * cos +
+rotate_half(x) * sin, or the interleaved pairs), in float64 with cpe's float64
+tables, whose own accuracy test_rope and test_rope_scaling check against mpmath;
+test_apply_accuracy_against_mpmath checks the rotation itself against mpmath.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+import cpe
+from exact import frequency
+from interop import require
+
+RNG = np.random.default_rng(20261205)
+
+LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "half") -> np.ndarray:
+    """The rotation of the rows of x (float64) by tables of rotary_dim <= x.shape[-1]
+    columns, as a model applies them; columns past the tables pass through."""
+    d = cos.shape[-1]
+    rotary, rest = x[..., :d], x[..., d:]
+    turned = np.empty_like(rotary)
+    if layout == "half":
+        turned[..., : d // 2] = -rotary[..., d // 2 :]
+        turned[..., d // 2 :] = rotary[..., : d // 2]
+    else:
+        turned[..., 0::2] = -rotary[..., 1::2]
+        turned[..., 1::2] = rotary[..., 0::2]
+    return np.concatenate(
+        [rotary * cos + turned * sin, np.broadcast_to(rest, rotary.shape[:-1] + rest.shape[-1:])],
+        axis=-1,
+    )
+
+
+def values(shape, dtype=np.float64):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# ---- values: the definition with cpe's tables, bit for bit in float64 ----
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize(
+    "keywords",
+    [
+        {},
+        {"base": 500000.0},
+        {"rope_parameters": LLAMA3},
+        {"rope_parameters": YARN},  # an attention factor
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
+        {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 64},
+        {"inv_freq": 1.0 / 7.0 ** np.arange(16)},
+    ],
+    ids=["default", "base", "llama3", "yarn", "partial", "dynamic", "inv_freq"],
+)
+def test_rotation_is_the_definition_with_the_float64_tables(layout, keywords):
+    x = values((2, 3, 40, 32))
+    start = 70000
+    cos, sin = cpe.rope_cos_sin(40, 32, start=start, layout=layout, **keywords)
+    got = cpe.apply_rope(x, start=start, layout=layout, **keywords)
+    np.testing.assert_array_equal(got, rotate(x, cos, sin, layout))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_positions_broadcast_against_the_rows(layout):
+    x = values((2, 4, 9, 16))
+    ids = RNG.integers(0, 10**6, size=(2, 1, 9))  # transformers' position_ids[:, None]
+    cos, sin = cpe.rope_cos_sin(ids, 16, layout=layout)
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, ids, layout=layout), rotate(x, cos, sin, layout)
+    )
+    reals = RNG.uniform(-1e5, 1e5, size=9)  # real positions, one per token
+    cos, sin = cpe.rope_cos_sin(reals, 16, layout=layout)
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, reals, layout=layout), rotate(x, cos, sin, layout)
+    )
+    one = cpe.apply_rope(x, np.float64(12345.5), layout=layout)  # one position for every row
+    cos, sin = cpe.rope_cos_sin(np.array([12345.5]), 16, layout=layout)
+    np.testing.assert_array_equal(one, rotate(x, cos, sin, layout))
+
+
+def test_both_attention_layouts_without_a_copy():
+    q = values((2, 8, 33, 64))  # (batch, heads, seq, head_dim)
+    q_bshd = np.ascontiguousarray(q.transpose(0, 2, 1, 3))  # (batch, seq, heads, head_dim)
+    want = cpe.apply_rope(q, start=5)
+    got = cpe.apply_rope(q_bshd, start=5, seq_axis=1, out=q_bshd)
+    assert got is q_bshd
+    np.testing.assert_array_equal(q_bshd.transpose(0, 2, 1, 3), want)
+    # 1-D positions along seq_axis, and the same positions broadcast by NumPy's rules
+    ids = np.arange(5, 38)
+    np.testing.assert_array_equal(cpe.apply_rope(q, ids), want)
+    bshd = np.ascontiguousarray(q.transpose(0, 2, 1, 3))
+    np.testing.assert_array_equal(cpe.apply_rope(bshd, ids, seq_axis=1).transpose(0, 2, 1, 3), want)
+    np.testing.assert_array_equal(cpe.apply_rope(bshd, ids[:, None]).transpose(0, 2, 1, 3), want)
+
+
+def test_views_of_a_fused_projection_are_rotated_in_place():
+    qkv = values((1, 7, 3, 4, 32))  # (batch, seq, q/k/v, heads, head_dim)
+    before = qkv.copy()
+    q, k = qkv[:, :, 0], qkv[:, :, 1]  # strided views, rows contiguous
+    got = cpe.apply_rope((q, k), start=11, seq_axis=1, out=(q, k))
+    assert got[0] is q
+    assert got[1] is k
+    want = cpe.apply_rope((before[:, :, 0], before[:, :, 1]), start=11, seq_axis=1)
+    np.testing.assert_array_equal(qkv[:, :, 0], want[0])
+    np.testing.assert_array_equal(qkv[:, :, 1], want[1])
+    np.testing.assert_array_equal(qkv[:, :, 2], before[:, :, 2])  # v untouched
+
+
+def test_rows_that_are_not_contiguous_are_read():
+    x = values((3, 5, 32))[..., ::2]  # rows of stride 2: read through a copy
+    want = cpe.apply_rope(np.ascontiguousarray(x))
+    np.testing.assert_array_equal(cpe.apply_rope(x), want)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_multimodal_sections_rotate_with_their_axes(interleaved):
+    section = [6, 5, 5] if interleaved else [2, 7, 7]
+    params = {"rope_type": "default", "mrope_section": section, "mrope_interleaved": interleaved}
+    thw = RNG.integers(0, 200, size=(3, 2, 1, 11))  # (3, batch, 1, seq) against (batch, heads, seq)
+    x = values((2, 3, 11, 32))
+    cos, sin = cpe.rope_cos_sin(thw, 32, rope_parameters=params)
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, thw, rope_parameters=params), rotate(x, cos, sin)
+    )
+    # an integer sequence: the same position on every axis, the one-axis table
+    cos, sin = cpe.rope_cos_sin(11, 32, start=4)
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, start=4, rope_parameters=params), rotate(x, cos, sin)
+    )
+
+
+def test_axial_positions_rotate_the_pairs_of_their_axes():
+    ids = RNG.integers(0, 64, size=(21, 3))  # Flux: (tokens, axes)
+    x = values((1, 21, 2, 32))  # (batch, tokens, heads, head_dim)
+    cos, sin = cpe.rope_cos_sin(ids, 32, axes_dim=(8, 12, 12), layout="interleaved")
+    got = cpe.apply_rope(x, ids[:, None, :], axes_dim=(8, 12, 12), layout="interleaved")
+    np.testing.assert_array_equal(got, rotate(x, cos[:, None], sin[:, None], "interleaved"))
+
+
+# ---- the one rounding ----
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_narrow_dtypes_are_the_float64_rotation_rounded_once(dtype):
+    x = values((2, 3, 17, 64), dtype)
+    for keywords in ({"start": 131072}, {"start": 10**6 - 17, "rope_parameters": LLAMA3}):
+        wide = cpe.apply_rope(x.astype(np.float64), **keywords)
+        got = cpe.apply_rope(x, **keywords)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, wide.astype(dtype))  # NumPy rounds double once
+
+
+def test_bfloat16_is_the_float64_rotation_rounded_once():
+    bf16 = require("ml_dtypes").bfloat16
+    from test_bfloat16 import assert_rounded_once
+
+    x = values((2, 9, 32)).astype(bf16)
+    got = cpe.apply_rope(x, start=99991, rope_parameters=YARN)
+    assert got.dtype == bf16
+    assert_rounded_once(
+        got, cpe.apply_rope(x.astype(np.float64), start=99991, rope_parameters=YARN)
+    )
+
+
+def test_accuracy_against_mpmath(report_error):
+    """Each value within its stated bound of the exact rotation of the given inputs:
+    float64 within 1.25e-15 (|x1| + |x2|); float32 within half an ulp plus 2**-50
+    (|x1| + |x2|)."""
+    head_dim = 64
+    positions = np.array([0, 1, 7, 4095, 131071, 131072, 500009, 10**6 - 1, 10**6])
+    x64 = values((len(positions), head_dim))
+    x32 = values((len(positions), head_dim), np.float32)
+    for layout in ("half", "interleaved"):
+        got64 = cpe.apply_rope(x64, positions, layout=layout)
+        got32 = cpe.apply_rope(x32, positions, layout=layout)
+        for row, p in enumerate(positions.tolist()):
+            for j in range(0, head_dim // 2, 3):
+                a, b = (j, j + head_dim // 2) if layout == "half" else (2 * j, 2 * j + 1)
+                angle = mpmath.mpf(p) * frequency(j, head_dim)
+                c, s = mpmath.cos(angle), mpmath.sin(angle)
+                for x, got, name in ((x64, got64, "float64"), (x32, got32, "float32")):
+                    x1, x2 = mpmath.mpf(float(x[row, a])), mpmath.mpf(float(x[row, b]))
+                    magnitude = abs(float(x[row, a])) + abs(float(x[row, b]))
+                    for column, exact in ((a, x1 * c - x2 * s), (b, x2 * c + x1 * s)):
+                        err = float(abs(mpmath.mpf(float(got[row, column])) - exact))
+                        if name == "float64":
+                            bound = 1.25e-15 * magnitude
+                        else:
+                            half_ulp = float(np.spacing(np.float32(abs(float(exact))))) / 2
+                            bound = half_ulp + 2.0**-50 * magnitude
+                        report_error(f"apply_rope {name} (relative to its bound)", err / bound, 1.0)
+
+
+# ---- one value per element ----
+
+
+def test_an_element_depends_on_its_own_pair_and_position_only():
+    x = values((4, 6, 50, 32), np.float32)
+    positions = RNG.integers(0, 2**20, size=(4, 1, 50))
+    whole = cpe.apply_rope(x, positions, rope_parameters=LLAMA3)
+    for b in range(4):  # one batch at a time, then one head, then one token
+        np.testing.assert_array_equal(
+            cpe.apply_rope(x[b], positions[b], rope_parameters=LLAMA3), whole[b]
+        )
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x[1, 2], positions[1, 0], rope_parameters=LLAMA3), whole[1, 2]
+    )
+    token = cpe.apply_rope(x[3, :, 17:18], positions[3, :, 17:18], rope_parameters=LLAMA3)
+    np.testing.assert_array_equal(token, whole[3, :, 17:18])
+    # a table's positions from start, or the same positions given
+    seq = cpe.apply_rope(x, start=123456)
+    np.testing.assert_array_equal(seq, cpe.apply_rope(x, np.arange(123456, 123506)))
+
+
+def test_workers_and_tuples_change_no_bit():
+    q = values((1, 8, 2048, 64), np.float32)
+    k = values((1, 2, 2048, 64), np.float32)
+    alone = (cpe.apply_rope(q, start=3), cpe.apply_rope(k, start=3))
+    for workers in (1, 2, 3):
+        pair = cpe.apply_rope((q, k), start=3, workers=workers)
+        np.testing.assert_array_equal(pair[0], alone[0])
+        np.testing.assert_array_equal(pair[1], alone[1])
+
+
+def test_inverse_is_the_rotation_by_the_negated_angle():
+    x = values((3, 12, 32))
+    positions = RNG.integers(-(10**6), 10**6, size=12)
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, positions, inverse=True), cpe.apply_rope(x, -positions)
+    )
+    there_and_back = cpe.apply_rope(cpe.apply_rope(x, positions), positions, inverse=True)
+    np.testing.assert_allclose(there_and_back, x, rtol=0, atol=1e-14)
+
+
+# ---- torch tensors, in place ----
+
+
+def test_torch_tensors_are_rotated_in_place():
+    torch = require("torch")
+    q = torch.randn(1, 4, 9, 32)
+    k = torch.randn(1, 2, 9, 32, dtype=torch.float64)
+    want = cpe.apply_rope((q.numpy().copy(), k.numpy().copy()), start=40)
+    versions = q._version, k._version
+    got = cpe.apply_rope((q, k), start=40, out=(q, k))
+    assert got[0] is q
+    assert got[1] is k
+    assert q._version > versions[0]
+    assert k._version > versions[1]
+    np.testing.assert_array_equal(q.numpy(), want[0])
+    np.testing.assert_array_equal(k.numpy(), want[1])
+
+
+def test_torch_bfloat16_in_place():
+    torch = require("torch")
+    require("ml_dtypes")
+    x = torch.randn(2, 5, 16).to(torch.bfloat16)
+    wide = cpe.apply_rope(x.double().numpy(), start=7)
+    cpe.apply_rope(x, start=7, out=x)
+    from test_bfloat16 import nearest_bfloat16
+
+    np.testing.assert_array_equal(
+        x.double().numpy().ravel(), [nearest_bfloat16(v) for v in wide.ravel().tolist()]
+    )
+
+
+def test_a_tensor_that_requires_grad_is_read_but_not_written():
+    torch = require("torch")
+    x = torch.randn(3, 8, requires_grad=True)
+    np.testing.assert_array_equal(cpe.apply_rope(x), cpe.apply_rope(x.detach().numpy()))
+    with pytest.raises(TypeError, match="out must not require grad"):
+        cpe.apply_rope(x, out=x)
+
+
+# ---- against the packages users run ----
+
+
+def test_transformers_apply_rotary_pos_emb_with_cpe_tables():
+    torch = require("torch")
+    llama = require("transformers.models.llama.modeling_llama")
+    q = torch.randn(2, 4, 30, 64, dtype=torch.float64)
+    k = torch.randn(2, 2, 30, 64, dtype=torch.float64)
+    ids = np.stack([np.arange(30), np.arange(1000, 1030)])
+    cos, sin = cpe.rope_cos_sin(ids, 64, rope_parameters=LLAMA3)
+    want = llama.apply_rotary_pos_emb(q, k, torch.from_numpy(cos), torch.from_numpy(sin))
+    got = cpe.apply_rope((q.numpy(), k.numpy()), ids[:, None], rope_parameters=LLAMA3)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=0, atol=4e-16 * 8)
+
+
+def test_transformers_multimodal_rotation_with_cpe_tables():
+    # transformers' Qwen2-VL rotary module joins the sections' tables into one and
+    # applies it with apply_rotary_pos_emb: cpe's multimodal tables fed to it
+    torch = require("torch")
+    qwen = require("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    params = {"rope_type": "default", "mrope_section": [4, 6, 6]}
+    thw = RNG.integers(0, 100, size=(3, 2, 13))
+    q = torch.randn(2, 3, 13, 32, dtype=torch.float64)
+    k = torch.randn(2, 1, 13, 32, dtype=torch.float64)
+    cos, sin = cpe.rope_cos_sin(thw, 32, rope_parameters=params)
+    want = qwen.apply_rotary_pos_emb(q, k, torch.from_numpy(cos), torch.from_numpy(sin))
+    got = cpe.apply_rope((q.numpy(), k.numpy()), thw[:, :, None], rope_parameters=params)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=0, atol=4e-15)
+
+
+def test_diffusers_flux_rotation_with_cpe_tables():
+    torch = require("torch")
+    embeddings = require("diffusers.models.embeddings")
+    ids = RNG.integers(0, 64, size=(24, 3))
+    # (batch, heads, tokens, head_dim) float32: diffusers computes x.float() times
+    # the float64 tables in float64 and rounds the result to float32, as cpe does
+    x = torch.randn(1, 2, 24, 32)
+    cos, sin = cpe.rope_cos_sin(ids, 32, axes_dim=(8, 12, 12), layout="interleaved")
+    want = embeddings.apply_rotary_emb(
+        x, (torch.from_numpy(cos), torch.from_numpy(sin)), use_real=True, use_real_unbind_dim=-1
+    )
+    got = cpe.apply_rope(x.numpy(), ids, axes_dim=(8, 12, 12), layout="interleaved")
+    np.testing.assert_array_equal(got, want.numpy())
+
+
+def test_llama_cpp_style_interleaved_rotation():
+    # ggml's NORMAL mode: theta_j = p * base**(-2j/d) rotates (x[2j], x[2j+1]),
+    # written here in plain float64 NumPy from that formula
+    x = values((6, 32))
+    p = np.arange(100, 106, dtype=np.float64)[:, None]
+    theta = p * 10000.0 ** (-np.arange(16) * 2.0 / 32)
+    x0, x1 = x[:, 0::2], x[:, 1::2]
+    want = np.empty_like(x)
+    want[:, 0::2] = x0 * np.cos(theta) - x1 * np.sin(theta)
+    want[:, 1::2] = x0 * np.sin(theta) + x1 * np.cos(theta)
+    got = cpe.apply_rope(x, start=100, layout="interleaved")
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+# ---- bad input: a clear error, x and out untouched ----
+
+
+def _refused(call, error, match, *arrays):
+    before = [np.array(a, copy=True) for a in arrays]
+    with pytest.raises(error, match=match):
+        call()
+    for array, saved in zip(arrays, before, strict=True):
+        np.testing.assert_array_equal(array, saved)
+
+
+def test_bad_arguments_are_refused_by_name_with_nothing_written():
+    x = values((2, 3, 5, 8))
+    k = values((2, 1, 5, 8))
+    out = np.zeros_like(x)
+    cases = [
+        (lambda: cpe.apply_rope(values((2, 7))), ValueError, "even length"),
+        (
+            lambda: cpe.apply_rope((x, values((2, 1, 5, 6)))),
+            ValueError,
+            r"x\[1\] must have rows of 8",
+        ),
+        (lambda: cpe.apply_rope(x, np.arange(4)), ValueError, "do not broadcast"),
+        (lambda: cpe.apply_rope(x, seq_axis=-1), ValueError, "seq_axis must be an axis"),
+        (lambda: cpe.apply_rope(x, seq_axis=3), ValueError, "seq_axis must be an axis"),
+        (lambda: cpe.apply_rope(x, np.zeros((2, 5)), seq_axis=2), TypeError, "seq_axis places 1-D"),
+        (lambda: cpe.apply_rope((x, values((2, 1, 4, 8)))), ValueError, "along seq_axis"),
+        (
+            lambda: cpe.apply_rope(x, out=out.astype(np.float32)),
+            TypeError,
+            "out must have the dtype",
+        ),
+        (lambda: cpe.apply_rope(x, out=out[:1]), ValueError, "out must have the shape"),
+        (lambda: cpe.apply_rope(x, out=x[::-1]), ValueError, "shares memory with x"),
+        (lambda: cpe.apply_rope(x, out=(out,)), TypeError, "out must be an array"),
+        (
+            lambda: cpe.apply_rope((x, k), out=(out, out[:, :1])),
+            ValueError,
+            "shares memory with out",
+        ),
+        (lambda: cpe.apply_rope((x, k), out=out), TypeError, "tuple of 2 arrays"),
+        (lambda: cpe.apply_rope(x, np.full(5, np.nan)), ValueError, "positions must be finite"),
+        (
+            lambda: cpe.apply_rope(x, np.full(5, 1e300)),
+            ValueError,
+            "positions: position \\* frequency",
+        ),
+        (lambda: cpe.apply_rope(x, start=2**60), ValueError, "start"),
+        (lambda: cpe.apply_rope(x, np.arange(5), start=3), ValueError, "start must be 0"),
+        (lambda: cpe.apply_rope(x, inverse=1), TypeError, "inverse must be a bool"),
+        (lambda: cpe.apply_rope(x, layout="neox"), ValueError, "layout"),
+        (
+            lambda: cpe.apply_rope(x, np.zeros((5, 3)), axes_dim=(2, 2, 4)),
+            ValueError,
+            'layout="interleaved"',
+        ),
+        (
+            lambda: cpe.apply_rope(x, np.arange(5), rope_parameters={"mrope_section": [1, 1, 2]}),
+            ValueError,
+            "leading axis of 3",
+        ),
+        (lambda: cpe.apply_rope(x.astype(np.int64)), TypeError, "x must have dtype"),
+        (lambda: cpe.apply_rope(np.float64(1.0)), ValueError, "at least one dimension"),
+        (
+            lambda: cpe.apply_rope(x, out=np.zeros((2, 3, 5, 16))[..., ::2]),
+            ValueError,
+            "last axis contiguous",
+        ),
+        (lambda: cpe.apply_rope(x, out=np.broadcast_to(out, out.shape)), ValueError, "writeable"),
+    ]
+    for call, error, match in cases:
+        _refused(call, error, match, x, k, out)
+    readonly = x.copy()
+    readonly.flags.writeable = False
+    _refused(lambda: cpe.apply_rope(readonly, out=readonly), ValueError, "writeable", readonly)
+    aliased = np.lib.stride_tricks.as_strided(out, shape=(4, 8), strides=(8, 8), writeable=True)
+    _refused(lambda: cpe.apply_rope(values((4, 8)), out=aliased), ValueError, "share memory", out)
