@@ -69,7 +69,8 @@ cdef extern from "cpe_rows.h":
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
                                           Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                           Py_ssize_t) noexcept nogil
-    void cpe_prefetch_bytes(const char* p, Py_ssize_t n) noexcept nogil
+    void cpe_prefetch_row(const char* x, const char* y, Py_ssize_t rotated_bytes,
+                          Py_ssize_t row_bytes) noexcept nogil
     # (a, b, c, s, n): see cpe_rows.h
     void cpe_rotate_half_double(double*, double*, const double*, const double*,
                                 Py_ssize_t) noexcept nogil
@@ -990,7 +991,7 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
 # every value is the one rope_cos_sin gives.
 
 # The bytes of a block's table.
-cdef Py_ssize_t _BLOCK_BYTES = 64 * 1024
+cdef Py_ssize_t _BLOCK_BYTES = 32 * 1024
 
 
 cdef inline fill_request _block_axis(const apply_request* a, const apply_scratch* s, int k,
@@ -1110,28 +1111,28 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
     # Every target's rows of the positions first .. first + count, whose angles
     # are the block's rows 0 .. count. A row soon rotated is prefetched: the rows
     # of many heads are too many streams for the hardware's prefetcher to follow.
-    cdef Py_ssize_t t, i, h, row_bytes
+    # (Written out here: a compiler may drop calls to a function that only
+    # prefetches.)
+    cdef Py_ssize_t t, i, h, itemsize, ahead
     cdef const rotation* target
     for t in range(a.n_targets):
         target = &a.targets[t]
-        row_bytes = target.width * (4 if target.float32 else 8)
+        itemsize = 4 if target.float32 else 8
         if target.heads_inner:
             for i in range(count):
+                ahead = first + min(i + 1, count - 1)  # the next position's row
                 for h in range(target.n_heads):
-                    if i + 1 < count:  # the next position's row, a row apart
-                        cpe_prefetch_bytes(target.y + target.y_rows[first + i + 1]
-                                           + target.y_heads[h], row_bytes)
-                        cpe_prefetch_bytes(target.x + target.x_rows[first + i + 1]
-                                           + target.x_heads[h], row_bytes)
+                    cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
+                                     target.y + target.y_rows[ahead] + target.y_heads[h],
+                                     2 * a.n_freq * itemsize, target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
         else:
             for h in range(target.n_heads):
+                ahead = min(h + 1, target.n_heads - 1)  # the next head's row
                 for i in range(count):
-                    if h + 1 < target.n_heads:  # the next head's row, a block apart
-                        cpe_prefetch_bytes(target.y + target.y_rows[first + i]
-                                           + target.y_heads[h + 1], row_bytes)
-                        cpe_prefetch_bytes(target.x + target.x_rows[first + i]
-                                           + target.x_heads[h + 1], row_bytes)
+                    cpe_prefetch_row(target.x + target.x_rows[first + i] + target.x_heads[ahead],
+                                     target.y + target.y_rows[first + i] + target.y_heads[ahead],
+                                     2 * a.n_freq * itemsize, target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
 
 

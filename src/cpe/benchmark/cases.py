@@ -19,6 +19,7 @@ import cpe
 from cpe.benchmark.timing import Competitor, Group, Ratio
 from cpe.benchmark.usual_numpy import (
     mae_2d,
+    numpy_apply_rope,
     numpy_positions,
     numpy_rope,
     numpy_rope_positions,
@@ -582,6 +583,166 @@ def multi_axis_group(model: str, rng: np.random.Generator) -> Group:
             *_rivals_over_cpe(competitors),
             Ratio(CPE, CPE_TABLE_SAME_VALUES),
         ],
+    )
+
+
+# RoPE applied: Llama 3 8B's attention, q of 32 heads and k of 8, head_dim 128.
+APPLY_HEADS = (32, 8)
+APPLY_HEAD_DIM = 128
+APPLY_ROPE = {"rope_type": "default", "rope_theta": 500000.0}
+APPLY_LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+DECODE_POSITION = 100000
+CPE_NEW = "cpe, new arrays"
+CPE_BSHD = "cpe (batch, seq, heads) layout"
+CPE_LLAMA3 = "cpe llama3-scaled"
+CPE_PARTIAL = "cpe partial_rotary_factor=0.5"
+CPE_WORKERS2 = "cpe workers=2"
+TRANSFORMERS_MODEL = "transformers' rotary module + apply_rotary_pos_emb"
+TRANSFORMERS_APPLY = "transformers' apply_rotary_pos_emb, cpe's table"
+TRANSFORMERS_APPLY_ALONE = "transformers' apply_rotary_pos_emb alone"
+NUMPY_APPLY = "NumPy x*cos + rotate_half(x)*sin, cpe's table"
+FLOOR_IN_PLACE = "floor: one in-place pass (x *= 1)"
+
+
+def _llama_rotation() -> tuple[Any, Any] | None:
+    """transformers' Llama rotation (see usual_torch.llama_rotation), or None."""
+    try:
+        from cpe.benchmark.usual_torch import llama_rotation
+
+        return llama_rotation(APPLY_HEAD_DIM, APPLY_ROPE)
+    except ImportError:
+        return None
+
+
+def _qk(seq: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """q and k of one sequence, (batch, heads, seq, head_dim) float32."""
+    return tuple(  # type: ignore[return-value]
+        rng.standard_normal((1, heads, seq, APPLY_HEAD_DIM), dtype=np.float32)
+        for heads in APPLY_HEADS
+    )
+
+
+def apply_group(seq: int, rng: np.random.Generator) -> Group:
+    """RoPE applied in place to q and k of ``seq`` tokens (float32): cpe end to end
+    (angles and rotation), the same through transformers (its rotary module and
+    apply_rotary_pos_emb, or apply_rotary_pos_emb fed cpe's table) and NumPy, and
+    one in-place pass over the same memory (the floor)."""
+    qk = _qk(seq, rng)
+    names: dict[str, Any] = {
+        "cpe_apply": cpe.apply_rope,
+        "cpe_rope": cpe.rope_cos_sin,
+        "numpy_apply": numpy_apply_rope,
+        "multiply": np.multiply,
+        "qk": qk,
+        "bshd": tuple(np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in qk),
+        "seq": seq,
+        "head_dim": APPLY_HEAD_DIM,
+        "float32": np.float32,
+        "rope": APPLY_ROPE,
+        "llama3": APPLY_LLAMA3,
+        "partial": {**APPLY_ROPE, "partial_rotary_factor": 0.5},
+    }
+    table = "cpe_rope(seq, head_dim, start=arg, dtype=float32, rope_parameters=rope)"
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=rope)"),
+        Competitor(CPE_NEW, "cpe", "cpe_apply(qk, start=arg, rope_parameters=rope)[0]"),
+        Competitor(
+            CPE_BSHD, "cpe", "cpe_apply(bshd, start=arg, seq_axis=1, out=bshd, rope_parameters=rope)"
+        ),
+        Competitor(CPE_LLAMA3, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=llama3)"),
+        Competitor(CPE_PARTIAL, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=partial)"),
+        Competitor(
+            CPE_WORKERS2, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=rope, workers=2)"
+        ),
+        # float32 arithmetic with float32 tables: a few ulp of |x| (~5) off
+        Competitor(
+            NUMPY_APPLY, "rival", f"[numpy_apply(x, *t) for t in [{table}] for x in qk][0]", 1e-5
+        ),
+        Competitor(FLOOR_IN_PLACE, "floor", "[multiply(x, 1.0, out=x) for x in qk]"),
+    ]
+    rotation = _llama_rotation()
+    if rotation is not None:  # (transformers is installed)
+        import torch
+
+        names["model"], names["hf_apply"] = rotation
+        names["torch_qk"] = tuple(torch.from_numpy(x) for x in qk)
+        names["torch_ids"] = lambda start: torch.arange(start, start + seq)[None]
+        names["torch_table"] = lambda t: tuple(torch.from_numpy(a)[None] for a in t)
+        # transformers' own float32 angles: up to ~1e-3 rad off at these positions
+        competitors += [
+            Competitor(
+                TRANSFORMERS_MODEL, "rival", "model(*torch_qk, torch_ids(arg))[0]", 2e-2
+            ),
+            Competitor(
+                TRANSFORMERS_APPLY, "rival", f"hf_apply(*torch_qk, *torch_table({table}))[0]", 1e-5
+            ),
+        ]
+    return Group(
+        kind="apply",
+        name=f"apply rope f32 {seq}",
+        section=(
+            "RoPE applied to q (1, 32, seq, 128) and k (1, 8, seq, 128), float32, in place: "
+            "time per call, angles included"
+        ),
+        column=f"seq {seq} {2 * mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32):.0f}MiB",
+        params={"seq": seq, "mebibytes": mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32)},
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=[
+            *_rivals_over_cpe(competitors),
+            Ratio(CPE, FLOOR_IN_PLACE),
+            Ratio(CPE_BSHD, CPE),
+            Ratio(CPE_LLAMA3, CPE),
+            Ratio(CPE_PARTIAL, CPE),
+            Ratio(CPE, CPE_WORKERS2),
+        ],
+        reference=CPE_NEW,
+    )
+
+
+def decode_group(rng: np.random.Generator) -> Group:
+    """One decoding step: q and k of one token near position 100,000, rotated in
+    place with Llama 3's scaled RoPE, by cpe (angles included) and by transformers
+    (apply_rotary_pos_emb alone, its tables made beforehand; and end to end)."""
+    qk = _qk(1, rng)
+    names: dict[str, Any] = {"cpe_apply": cpe.apply_rope, "qk": qk, "llama3": APPLY_LLAMA3}
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=llama3)"),
+    ]
+    rotation = _llama_rotation()
+    if rotation is not None:
+        import torch
+
+        names["model"], names["hf_apply"] = rotation
+        names["torch_qk"] = tuple(torch.from_numpy(x) for x in qk)
+        names["torch_ids"] = lambda start: torch.tensor([[start]])
+        cos, sin = cpe.rope_cos_sin(1, APPLY_HEAD_DIM, start=DECODE_POSITION, dtype=np.float32)
+        names["tables"] = (torch.from_numpy(cos)[None], torch.from_numpy(sin)[None])
+        competitors += [
+            Competitor(TRANSFORMERS_APPLY_ALONE, "rival", "hf_apply(*torch_qk, *tables)"),
+            Competitor(TRANSFORMERS_MODEL, "rival", "model(*torch_qk, torch_ids(arg))"),
+        ]
+    return Group(
+        kind="decode",
+        name="apply rope decode",
+        section=(
+            "RoPE applied to one token: q (1, 32, 1, 128) and k (1, 8, 1, 128), float32, in "
+            "place, Llama 3 scaling: time per call"
+        ),
+        column=f"position ~{DECODE_POSITION}",
+        params={},
+        names=names,
+        args=rng.integers(DECODE_POSITION - 1000, DECODE_POSITION + 1000, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=_rivals_over_cpe(competitors),
     )
 
 

@@ -31,6 +31,8 @@ from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
     argument_forms_group,
     grid_group,
+    apply_group,
+    decode_group,
     multi_axis_group,
     positions_group,
     rope_group,
@@ -44,8 +46,9 @@ from cpe.benchmark.environment import describe_environment
 from cpe.benchmark.report import TargetCheck, format_report, report_json
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
-# rope: tables, ids and multi-axis ids; workers: tables filled by several threads
-KINDS = ("single", "table", "positions", "grid", "rope", "workers", "cold")
+# rope: tables, ids and multi-axis ids; apply: RoPE applied to q and k (a sequence,
+# a decoding step); workers: tables filled by several threads
+KINDS = ("single", "table", "positions", "grid", "rope", "apply", "workers", "cold")
 ROPE_POSITIONS_HEAD_DIM = 128  # Llama's
 DTYPES = (np.float64, np.float32)
 
@@ -60,6 +63,7 @@ class Plan:
     position_width: int
     grids: tuple[tuple[int, int], ...]  # (size, D) of a size x size grid
     ropes: tuple[tuple[int, int], ...]  # (n, head_dim)
+    apply_lengths: tuple[int, ...]  # seq of RoPE applied to q and k (see cases.apply_group)
     rope_position_shapes: tuple[tuple[int, int], ...]  # (batch, seq) at ROPE_POSITIONS_HEAD_DIM
     workers_tables: tuple[tuple[int, int], ...]  # float64 (n, D) at workers=1, 2, -1
     cold_widths: tuple[int, ...]
@@ -79,6 +83,7 @@ FULL = Plan(
     position_width=512,
     grids=((14, 768), (64, 1024)),
     ropes=((8192, 128), (65536, 128)),
+    apply_lengths=(4096,),
     rope_position_shapes=((1, 4096), (8, 4096)),
     workers_tables=((256, 256), (8192, 512), (131072, 512)),
     cold_widths=(4, 64, 512, 4096),
@@ -97,6 +102,7 @@ QUICK = Plan(
     position_width=512,
     grids=((14, 768),),
     ropes=((8192, 128),),
+    apply_lengths=(256,),
     rope_position_shapes=((1, 4096),),
     workers_tables=((256, 256), (8192, 512)),
     cold_widths=(512,),
@@ -276,6 +282,9 @@ def build_groups(
             for shape in plan.rope_position_shapes
         ]
         groups += [multi_axis_group(model, rng) for model in ("flux", "qwen2_vl")]
+    if "apply" in kinds:
+        groups += [apply_group(seq, rng) for seq in plan.apply_lengths]
+        groups.append(decode_group(rng))
     if "workers" in kinds:
         groups += [workers_group(n, D, rng) for n, D in plan.workers_tables]
     return groups

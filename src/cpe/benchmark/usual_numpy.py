@@ -81,6 +81,12 @@ def numpy_rope_positions(
     return np.cos(emb), np.sin(emb)
 
 
+def numpy_apply_rope(x: Any, cos: Any, sin: Any) -> Any:
+    """RoPE applied as a NumPy user writes it: ``x * cos + rotate_half(x) * sin``."""
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate((-x[..., half:], x[..., :half]), axis=-1) * sin
+
+
 def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArray[np.float64]:
     """MAE ``get_2d_sincos_pos_embed`` (square grids only, as in MAE)."""
 

@@ -53,3 +53,30 @@ def model_module(
         return rotary(x, ids)
 
     return call, torch.from_numpy
+
+
+def llama_rotation(head_dim: int, rope_parameters: dict[str, Any]) -> tuple[Any, Any]:
+    """transformers' Llama rotation, as its attention layer runs it: the rotary
+    module's (cos, sin) of the position ids, then ``apply_rotary_pos_emb`` (the
+    first, end to end), and ``apply_rotary_pos_emb`` alone (the second, fed
+    tables). An ImportError when transformers is absent."""
+    torch.set_num_threads(1)
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    settings: dict[str, Any] = {
+        "hidden_size": head_dim * 2,
+        "num_attention_heads": 2,
+        "rope_parameters": rope_parameters,
+        "max_position_embeddings": 131072,
+    }
+    rotary = LlamaRotaryEmbedding(LlamaConfig(**settings))
+
+    def model(q: Any, k: Any, position_ids: Any) -> Any:
+        cos, sin = rotary(q, position_ids)
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+    return model, apply_rotary_pos_emb
