@@ -425,3 +425,75 @@ def test_bad_arguments_are_refused_by_name_with_nothing_written():
     _refused(lambda: cpe.apply_rope(readonly, out=readonly), ValueError, "writeable", readonly)
     aliased = np.lib.stride_tricks.as_strided(out, shape=(4, 8), strides=(8, 8), writeable=True)
     _refused(lambda: cpe.apply_rope(values((4, 8)), out=aliased), ValueError, "share memory", out)
+
+
+# ---- a Rope parsed once: the functions are its methods ----
+
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 16,
+    "long_factor": [2.0] * 16,
+    "original_max_position_embeddings": 64,
+}
+ROPES = [
+    {},
+    {"base": 500000.0, "layout": "interleaved"},
+    {"rope_parameters": LLAMA3},
+    {"rope_parameters": YARN},
+    {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 64},
+    {"rope_parameters": LONGROPE, "max_position_embeddings": 256},
+    {"inv_freq": 1.0 / 3.0 ** np.arange(16)},
+]
+
+
+@pytest.mark.parametrize("keywords", ROPES, ids=range(len(ROPES)))
+def test_a_rope_gives_what_the_functions_give(keywords):
+    rope = cpe.Rope(32, **keywords)
+    x = values((2, 2, 100, 32), np.float32)
+    for n, start in ((100, 0), (100, 3000), (30, 7)):  # (lengths that dynamic schemes adapt to)
+        for got, want in zip(
+            rope.cos_sin(n, start=start, dtype=np.float32),
+            cpe.rope_cos_sin(n, 32, start=start, dtype=np.float32, **keywords),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(got, want)
+        part = x[:, :, :n]
+        np.testing.assert_array_equal(
+            rope.apply(part, start=start), cpe.apply_rope(part, start=start, **keywords)
+        )
+
+
+def test_a_multi_axis_rope_gives_what_the_functions_give():
+    thw = RNG.integers(0, 50, size=(3, 1, 9))
+    mrope = {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}
+    axial = {"axes_dim": (4, 6, 6), "layout": "interleaved"}
+    ids = RNG.integers(0, 50, size=(9, 3))
+    x = values((1, 9, 16))
+    for keywords, positions in ((mrope, thw), (axial, ids)):
+        rope = cpe.Rope(16, **keywords)
+        for got, want in zip(
+            rope.cos_sin(positions), cpe.rope_cos_sin(positions, 16, **keywords), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(
+            rope.apply(x, positions), cpe.apply_rope(x, positions, **keywords)
+        )
+
+
+def test_a_rope_reads_its_config_once():
+    params = dict(LLAMA3)
+    rope = cpe.Rope(32, rope_parameters=params)
+    want = cpe.rope_cos_sin(8, 32, start=90000, rope_parameters=LLAMA3)
+    params["factor"] = 2.0  # the caller's mapping changed after it was read
+    for got, expected in zip(rope.cos_sin(8, start=90000), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_rope_refuses_rows_of_another_width():
+    rope = cpe.Rope(16)
+    x = values((3, 8))
+    _refused(lambda: rope.apply(x), ValueError, "head_dim = 16", x)
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        cpe.Rope(15)
+    with pytest.raises(TypeError, match="rope_parameters must be a mapping"):
+        cpe.Rope(16, rope_parameters=[("rope_type", "linear")])

@@ -22,7 +22,7 @@ def test_the_literal_choices_are_the_runtime_choices():
 
 def test_the_typed_user_script_runs():
     results = every_call()
-    assert len(results) == 18
+    assert len(results) == 24
     assert all(result.size for result in results)
 
 

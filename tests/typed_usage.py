@@ -67,4 +67,10 @@ def every_call() -> list[npt.NDArray[Any]]:
     axial = cpe.rope_cos_sin(np.zeros((5, 3)), 16, axes_dim=[np.int64(4), 6, 6], workers=None)
     inv_freq, attention_factor = cpe.rope_frequencies(np.int64(64), base=500000.0)
     assert isinstance(attention_factor, float)
-    return [*results, cos, sin, *scaled, *axial, inv_freq]
+    q, k = np.ones((1, 4, 3, 16), np.float32), np.ones((1, 2, 3, 16), np.float32)
+    rotated = cpe.apply_rope((q, k), start=np.int64(5), out=(q, k), inverse=False)
+    one = cpe.apply_rope(q[0], np.arange(3), rope_parameters={"rope_type": "linear", "factor": 2})
+    rope = cpe.Rope(np.int64(16), base=500000.0, layout="interleaved")
+    decoded = rope.apply(np.ones((1, 3, 1, 16)), start=7, seq_axis=-2, workers=1)
+    table = rope.cos_sin(4, start=np.int64(2), dtype=np.float32)
+    return [*results, cos, sin, *scaled, *axial, inv_freq, *rotated, one, decoded, *table]

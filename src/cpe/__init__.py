@@ -12,14 +12,14 @@ dtype: float64 results are within 1e-15 of the exact value for |p| <= 1e6.
 The C-level kernels are available to Cython code as ``cimport cpe.kernels``.
 """
 
-from cpe._apply import apply_rope
 from cpe._core import positional_encoding, positional_encoding_table
 from cpe._grids import sincos_2d, sincos_3d
-from cpe._rope import rope_cos_sin, rope_frequencies
+from cpe._rope import Rope, apply_rope, rope_cos_sin, rope_frequencies
 from cpe._version import __version__
 from cpe._workers import get_workers, set_workers
 
 __all__ = [
+    "Rope",
     "__version__",
     "apply_rope",
     "get_workers",

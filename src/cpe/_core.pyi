@@ -146,19 +146,20 @@ def rope_fill(
     name: str,
     base_name: str = "base",
 ) -> None: ...
+def rope_axes(axes: list[Any], base: object, base_name: str = "base") -> tuple[Any, ...]: ...
 def rope_apply(
     targets: list[tuple[Any, ...]],
     positions: npt.NDArray[Any] | None,
     start: float,
     n: int,
-    axes: list[Any],
+    axes: tuple[Any, ...],
     n_freq: int,
     interleaved: bool,
     inverse: bool,
     amplitude: float,
     workers: int,
     name: str,
-    base: object = None,
-    base_name: str = "base",
 ) -> None: ...
+def same_elements(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool: ...
+def bounds_meet(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool: ...
 def round_into(result: Any, values: npt.NDArray[np.float64]) -> Any: ...

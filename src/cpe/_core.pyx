@@ -67,7 +67,7 @@ from cpe._engine cimport (
     fill_scratch,
     rotation,
 )
-from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 
 cdef extern from "cpe_memory.h":
     int cpe_mostly_mapped(const void* p, size_t n) noexcept nogil
@@ -1157,30 +1157,113 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     return None
 
 
-def rope_apply(list targets, positions, double start, Py_ssize_t n, list axes,
+cdef class _RowOffsets:
+    """The byte offsets of the rows of one array of an apply request (see
+    _engine.rotation): by point, along the axes where the points vary, and by
+    head, along its other leading axes, each in C order; for x and for y."""
+    cdef Py_ssize_t* owned
+    cdef Py_ssize_t* x_rows
+    cdef Py_ssize_t* y_rows
+    cdef Py_ssize_t* x_heads
+    cdef Py_ssize_t* y_heads
+    cdef Py_ssize_t n_heads
+    cdef bint heads_inner
+
+    def __dealloc__(self):
+        PyMem_Free(self.owned)
+
+    cdef int make(self, cnp.ndarray x, cnp.ndarray y, tuple varying) except -1:
+        cdef int ndim = cnp.PyArray_NDIM(y) - 1, k, n_varying = len(varying), n_other = 0
+        cdef int along[64]
+        cdef int other[64]
+        cdef Py_ssize_t n_rows = 1, near_rows = 0, near_heads = 0, extent, stride
+        for k in range(n_varying):
+            along[k] = varying[k]
+        self.n_heads = 1
+        for k in range(ndim):
+            extent = cnp.PyArray_DIM(y, k)
+            stride = abs(cnp.PyArray_STRIDE(y, k))
+            if k in varying:
+                n_rows *= extent
+                if extent > 1 and (near_rows == 0 or stride < near_rows):
+                    near_rows = stride
+            else:
+                other[n_other] = k
+                n_other += 1
+                self.n_heads *= extent
+                if extent > 1 and (near_heads == 0 or stride < near_heads):
+                    near_heads = stride
+        # The heads of a position are visited together when they lie nearer each
+        # other than its rows of consecutive positions.
+        self.heads_inner = 0 < near_heads < near_rows
+        self.owned = <Py_ssize_t*>PyMem_Malloc(
+            sizeof(Py_ssize_t) * (2 * n_rows + 2 * self.n_heads + 1))
+        if self.owned == NULL:
+            raise MemoryError("cpe: could not allocate scratch memory")
+        self.x_rows = self.owned
+        self.y_rows = self.x_rows + n_rows
+        self.x_heads = self.y_rows + n_rows
+        self.y_heads = self.x_heads + self.n_heads
+        _offsets(x, along, n_varying, self.x_rows)
+        _offsets(y, along, n_varying, self.y_rows)
+        _offsets(x, other, n_other, self.x_heads)
+        _offsets(y, other, n_other, self.y_heads)
+        return 0
+
+
+cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) noexcept:
+    """The byte offsets in ``a`` of every index over ``axes``, in C order."""
+    cdef Py_ssize_t index[64]
+    cdef Py_ssize_t total = 1, offset = 0, i
+    cdef int j
+    for j in range(count):
+        total *= cnp.PyArray_DIM(a, axes[j])
+        index[j] = 0
+    for i in range(total):
+        out[i] = offset
+        j = count - 1
+        while j >= 0:  # the next index, the last axis fastest
+            index[j] += 1
+            offset += cnp.PyArray_STRIDE(a, axes[j])
+            if index[j] < cnp.PyArray_DIM(a, axes[j]):
+                break
+            offset -= index[j] * cnp.PyArray_STRIDE(a, axes[j])
+            index[j] = 0
+            j -= 1
+
+
+def rope_axes(list axes, base, str base_name="base"):
+    """RoPE's axes (see rope_apply) with their encodings and largest frequency:
+    what a parsed encoding keeps, so that each call finds them at once."""
+    encodings, w_max = _axis_encodings(axes, base, base_name)
+    return axes, encodings, w_max
+
+
+def rope_apply(list targets, positions, double start, Py_ssize_t n, tuple axes,
                Py_ssize_t n_freq, bint interleaved, bint inverse, double amplitude,
-               Py_ssize_t workers, str name, base=None, str base_name="base"):
+               Py_ssize_t workers, str name):
     """RoPE applied: the rows of ``targets`` rotated by the angles of ``n``
     positions, the values of RoPE's float64 tables (``amplitude`` included).
 
-    Each target is ``(x, y, x_rows, y_rows, x_heads, y_heads, heads_inner)``:
-    checked float64 or float32 arrays whose rows (last axis, contiguous, of
-    ``2 n_freq`` values or more) at byte offsets ``rows[i] + heads[h]`` from their
-    data are those of position ``i`` (see _engine.rotation); ``y`` is written
-    (``x`` itself, or an array that shares no memory with any other target).
-    ``positions`` and ``start`` are as for rope_fill, with ``n`` points; each of
-    ``axes`` is ``(index, frequencies, first, columns, 0)``: as there, with
+    Each target is ``(x, y, varying)``: checked float64 or float32 arrays of one
+    shape, whose rows (last axis, contiguous, of ``2 n_freq`` values or more) are
+    those of the points whose positions vary along the axes ``varying`` (a
+    tuple, in order; the points in C order over them), each point's rows along
+    the other axes; ``y`` is written (``x`` itself, or an array that shares no
+    memory with any other target). ``positions`` and ``start`` are as for
+    rope_fill, with ``n`` points. ``axes`` is what rope_axes returns of a list
+    of ``(index, frequencies, first, columns, 0)``: as for rope_fill, with
     ``first`` its first frequency among the ``n_freq`` that rotate pair ``j``
     ("half": values j and n_freq + j; ``interleaved``: 2j and 2j + 1), and
-    half_at 0 (see _engine.apply_request).
-    ``inverse``: rotated backwards. Up to ``workers`` threads rotate many rows.
+    half_at 0 (see _engine.apply_request). ``inverse``: rotated backwards. Up to
+    ``workers`` threads rotate many rows.
     """
     if n == 0 or not targets:
         return None
-    encodings, w_max = _axis_encodings(axes, base, base_name)
+    axis_list, encodings, w_max = axes
     pos = _checked_positions(positions, start, n, w_max, name)
-    if len(axes) > _engine.APPLY_MAX_AXES:
-        raise ValueError(f"at most {_engine.APPLY_MAX_AXES} axes, got {len(axes)}")
+    if len(axis_list) > _engine.APPLY_MAX_AXES:
+        raise ValueError(f"at most {_engine.APPLY_MAX_AXES} axes, got {len(axis_list)}")
     cdef fill_request requests[8]
     cdef Py_ssize_t first_columns[8]
     cdef _Encoding enc
@@ -1190,7 +1273,7 @@ def rope_apply(list targets, positions, double start, Py_ssize_t n, list axes,
     cdef cpe_levels* levels
     cdef int k = 0
     owners = [targets]
-    for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
+    for enc, (index, _, first, columns, half_at) in zip(encodings, axis_list):
         axis, columns = _axis_arrays(pos, index, columns)
         kept = _levels_of(enc, n > 1)
         owners += [axis, columns, kept]
@@ -1210,29 +1293,29 @@ def rope_apply(list targets, positions, double start, Py_ssize_t n, list axes,
     if rotations == NULL:
         raise MemoryError("cpe: could not allocate scratch memory")
     cdef cnp.ndarray x, y
+    cdef _RowOffsets rows
     cdef apply_request a
     cdef apply_scratch scratch
     cdef int status
     cdef Py_ssize_t parts = 1
     try:
-        for t, (x, y, x_rows, y_rows, x_heads, y_heads, heads_inner) in enumerate(targets):
+        for t, (x, y, varying) in enumerate(targets):
+            rows = _RowOffsets()
+            rows.make(x, y, varying)
+            owners.append(rows)
             rotations[t] = rotation(
                 x=<char*>cnp.PyArray_DATA(x), y=<char*>cnp.PyArray_DATA(y),
-                x_rows=<const Py_ssize_t*>_address(x_rows),
-                y_rows=<const Py_ssize_t*>_address(y_rows),
-                x_heads=<const Py_ssize_t*>_address(x_heads),
-                y_heads=<const Py_ssize_t*>_address(y_heads),
-                n_heads=cnp.PyArray_SIZE(x_heads),
+                x_rows=rows.x_rows, y_rows=rows.y_rows, x_heads=rows.x_heads,
+                y_heads=rows.y_heads, n_heads=rows.n_heads,
                 width=cnp.PyArray_DIM(y, cnp.PyArray_NDIM(y) - 1),
-                float32=cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32, heads_inner=heads_inner)
+                float32=cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32, heads_inner=rows.heads_inner)
             values += cnp.PyArray_SIZE(y)
         a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
                           interleaved=interleaved, inverse=inverse, targets=rotations,
                           n_targets=count)
         a.axes = &requests[0]
         a.first_columns = &first_columns[0]
-        with nogil:
-            status = _engine.apply_check(&a)
+        status = _engine.apply_check(&a)
         _raise_for(status, name)
         if workers > 1:
             parts = part_count(workers, n, values * 8)
@@ -1252,3 +1335,45 @@ def rope_apply(list targets, positions, double start, Py_ssize_t n, list axes,
         return _raise_for(status, name)
     finally:
         PyMem_Free(rotations)
+
+
+def same_elements(cnp.ndarray a, cnp.ndarray b):
+    """Whether two arrays are views of the same elements in the same order (their
+    data, shape and strides as NumPy holds them)."""
+    cdef int k
+    if cnp.PyArray_DATA(a) != cnp.PyArray_DATA(b) or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(b):
+        return False
+    for k in range(cnp.PyArray_NDIM(a)):
+        if (cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(b, k)
+                or cnp.PyArray_STRIDE(a, k) != cnp.PyArray_STRIDE(b, k)):
+            return False
+    return True
+
+
+def bounds_meet(cnp.ndarray a, cnp.ndarray b):
+    """Whether the byte ranges that two arrays span meet (if not, they share no
+    memory; if so, they may)."""
+    cdef char* start_a
+    cdef char* stop_a
+    cdef char* start_b
+    cdef char* stop_b
+    if cnp.PyArray_SIZE(a) == 0 or cnp.PyArray_SIZE(b) == 0:
+        return False
+    _span(a, &start_a, &stop_a)
+    _span(b, &start_b, &stop_b)
+    return start_a < stop_b and start_b < stop_a
+
+
+cdef void _span(cnp.ndarray a, char** start, char** stop) noexcept:
+    # The first byte of a non-empty array and one past its last.
+    cdef char* low = <char*>cnp.PyArray_DATA(a)
+    cdef char* high = low + cnp.PyArray_ITEMSIZE(a)
+    cdef int k
+    cdef Py_ssize_t reach
+    for k in range(cnp.PyArray_NDIM(a)):
+        reach = (cnp.PyArray_DIM(a, k) - 1) * cnp.PyArray_STRIDE(a, k)
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    start[0], stop[0] = low, high

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from cpe._apply import (
+    Plan,
+    points_of,
+    read_arrays,
+    request_length,
+    rope_axes,
+    rotate,
+    sequence_of,
+    sequence_start,
+)
 from cpe._args import (
     as_choice,
     as_count,
@@ -25,7 +35,7 @@ from cpe._core import (
     rope_fill,
     rope_tables,
 )
-from cpe._scaling import Scheme, scheme, sections_of
+from cpe._scaling import Scheme, _private_copy, scheme, sections_of
 from cpe._typing import RopeLayout
 
 if TYPE_CHECKING:
@@ -217,66 +227,414 @@ def rope_cos_sin(
     >>> bool(np.array_equal(sin[:, 4:10], cpe.rope_cos_sin([2], 6, layout="interleaved")[1]))
     True
     """
-    width = _head_dim(head_dim)
-    as_choice(layout, "layout", ROPE_LAYOUTS)
-    output_dtype = as_dtype(dtype)
-    threads = as_workers(workers)
-    if isinstance(n, (bool, np.bool_)):
-        raise TypeError("n must be an integer or an array of positions, got bool")
-    if out is not None and (type(out) is not tuple or len(out) != 2):
-        raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
-    # n is read once: a count of rows (an integer scalar), or positions.
-    count, positions = _count_or_positions(n)
-    if axes_dim is not None:
-        if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
-                and seq_len is None):  # fmt: skip
-            raise TypeError("axes_dim gives each axis the frequencies of base: it cannot be "
-                            "combined with rope_parameters, inv_freq, max_position_embeddings "
-                            "or seq_len")  # fmt: skip
-        if positions is None:
-            raise TypeError(
-                "n must be an array of positions of shape (..., len(axes_dim)) with axes_dim, "
-                "got an integer"
-            )
-        _check_no_offset(start)
-        return _axial(
-            positions, width, _axes_dim(axes_dim, width), base, output_dtype, layout, out, threads
-        )
-    first = 0
-    if count is not None:
-        first = table_start(start, count)
-    else:
-        _check_no_offset(start)
-    used = scheme_of(
+    rope = Rope._parsed(
         "rope_cos_sin",
-        width,
+        head_dim,
         base,
+        layout,
         rope_parameters,
         max_position_embeddings,
         seq_len,
         inv_freq,
-        lambda: _length(count, positions, first),
+        axes_dim,
     )
-    _check_amplitude(used.attention_factor, output_dtype)
-    interleaved = layout == "interleaved"
-    if positions is not None and used.sections is not None:
-        return _multimodal(positions, used, output_dtype, interleaved, out, threads)
-    # One table, whose (used.width) columns are all one axis': the frequencies are
-    # made once its sizes are checked, if it has any rows.
-    b = as_positive(used.base, used.base_name)
-    if count is not None:
-        shape, sizes, name = (count, used.width), "n and head_dim", "start and n"
-    else:
-        assert positions is not None
-        shape, sizes = (*positions.shape, used.width), "n (the positions) and head_dim"
-        name = "n (the positions)"
-    cos, sin = rope_tables(out, shape, output_dtype, sizes)
-    rows = math.prod(shape[:-1])
-    w = used.frequencies() if rows else None
-    frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
-    rope_fill(cos, sin, output_dtype, positions, float(first), [(None, frequencies, 0, None, -1)],
-              b, interleaved, used.attention_factor, threads, name, used.base_name)  # fmt: skip
-    return (cos, sin) if out is None else written(out)
+    return rope.cos_sin(n, start=start, dtype=dtype, out=out, workers=workers)
+
+
+class Rope:
+    """Rotary position embedding (RoPE) parsed once: its scheme, exact frequencies
+    and layout, for tables and for rotations, call after call.
+
+    ``Rope(head_dim, **keywords).cos_sin(n, ...)`` is ``rope_cos_sin(n,
+    head_dim, **keywords, ...)`` and ``.apply(x, ...)`` is ``apply_rope(x, ...)``
+    with the same keywords (both functions are these methods): the config is
+    read and checked here, once, so that a decoding loop pays for it once. A
+    scheme that adapts to the request's length (``"dynamic"``, or
+    ``"longrope"`` without ``seq_len``) is made again at each call, from the
+    copy of ``rope_parameters`` read here.
+
+    Parameters
+    ----------
+    head_dim : int
+        The attention head's width, a positive even number.
+    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim
+        As for :func:`rope_cos_sin`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cpe
+    >>> rope = cpe.Rope(8, rope_parameters={"rope_type": "linear", "factor": 2.0})
+    >>> cos, sin = rope.cos_sin(5)
+    >>> cos.shape
+    (5, 8)
+    >>> q = np.ones((1, 2, 1, 8))                      # one new token at position 4
+    >>> _ = rope.apply(q, start=4, out=q)              # rotated in place
+    >>> bool(q[0, 0, 0, 0] == cos[4, 0] - sin[4, 0])   # x * cos + rotate_half(x) * sin
+    True
+    """
+
+    def __init__(
+        self,
+        head_dim: SupportsIndex,
+        *,
+        base: float = 10000.0,
+        layout: RopeLayout = "half",
+        rope_parameters: Mapping[str, Any] | None = None,
+        max_position_embeddings: SupportsIndex | None = None,
+        seq_len: SupportsIndex | None = None,
+        inv_freq: npt.ArrayLike | None = None,
+        axes_dim: Sequence[SupportsIndex] | None = None,
+    ) -> None:
+        self._parse(
+            "Rope",
+            head_dim,
+            base,
+            layout,
+            rope_parameters,
+            max_position_embeddings,
+            seq_len,
+            inv_freq,
+            axes_dim,
+        )
+
+    @classmethod
+    def _parsed(cls, function: str, *arguments: Any) -> Rope:
+        """A Rope of ``arguments`` (those of __init__, in order), its errors naming
+        ``function``."""
+        rope = cls.__new__(cls)
+        rope._parse(function, *arguments)
+        return rope
+
+    def _parse(
+        self,
+        function: str,
+        head_dim: Any,
+        base: Any,
+        layout: Any,
+        rope_parameters: Any,
+        max_position_embeddings: Any,
+        seq_len: Any,
+        inv_freq: Any,
+        axes_dim: Any,
+    ) -> None:
+        self.head_dim: int = _head_dim(head_dim)
+        self.layout: str = as_choice(layout, "layout", ROPE_LAYOUTS)
+        self._interleaved = self.layout == "interleaved"
+        self._widths: list[int] | None = None
+        self._used: Scheme | None = None
+        self._again: tuple[Any, ...] | None = None  # a scheme made again at each call
+        self._applied: tuple[Any, ...] | None = None  # (see _apply.rope_axes)
+        if axes_dim is not None:
+            if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
+                    and seq_len is None):  # fmt: skip
+                raise TypeError(
+                    "axes_dim gives each axis the frequencies of base: it cannot be combined "
+                    "with rope_parameters, inv_freq, max_position_embeddings or seq_len"
+                )
+            self._widths = _axes_dim(axes_dim, self.head_dim)
+            self._base = as_positive(base, "base")
+            return
+        parameters = None if rope_parameters is None else _private_copy(rope_parameters)
+        asked: list[bool] = []
+
+        def length() -> None:
+            asked.append(True)
+
+        self._used = scheme_of(
+            function,
+            self.head_dim,
+            base,
+            parameters,
+            max_position_embeddings,
+            seq_len,
+            inv_freq,
+            length,
+        )
+        if asked:  # (rope_parameters' copy, read once; the other arguments are numbers)
+            self._again = (base, parameters, max_position_embeddings, seq_len)
+
+    def _scheme(self, length: Callable[[], float | None]) -> Scheme:
+        """The scheme of a request, whose length ``length()`` gives."""
+        if self._again is None:
+            assert self._used is not None
+            return self._used
+        base, parameters, max_position_embeddings, seq_len = self._again
+        return scheme(self.head_dim, base, parameters, max_position_embeddings, seq_len, length)
+
+    def cos_sin(
+        self,
+        n: SupportsIndex | npt.ArrayLike,
+        *,
+        start: SupportsIndex = 0,
+        dtype: DType = np.float64,
+        out: tuple[Any, Any] | None = None,
+        workers: SupportsIndex | None = None,
+    ) -> Any:
+        """The ``(cos, sin)`` tables of positions ``n``: as :func:`rope_cos_sin`."""
+        output_dtype = as_dtype(dtype)
+        threads = as_workers(workers)
+        if isinstance(n, (bool, np.bool_)):
+            raise TypeError("n must be an integer or an array of positions, got bool")
+        if out is not None and (type(out) is not tuple or len(out) != 2):
+            raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
+        # n is read once: a count of rows (an integer scalar), or positions.
+        count, positions = _count_or_positions(n)
+        if self._widths is not None:
+            if positions is None:
+                raise TypeError(
+                    "n must be an array of positions of shape (..., len(axes_dim)) with "
+                    "axes_dim, got an integer"
+                )
+            _check_no_offset(start)
+            return _axial(
+                positions, self.head_dim, self._widths, self._base, output_dtype, self.layout,
+                out, threads,
+            )  # fmt: skip
+        first = 0
+        if count is not None:
+            first = table_start(start, count)
+        else:
+            _check_no_offset(start)
+        used = self._scheme(lambda: _length(count, positions, first))
+        _check_amplitude(used.attention_factor, output_dtype)
+        if positions is not None and used.sections is not None:
+            return _multimodal(positions, used, output_dtype, self._interleaved, out, threads)
+        # One table, whose (used.width) columns are all one axis': the frequencies are
+        # made once its sizes are checked, if it has any rows.
+        b = as_positive(used.base, used.base_name)
+        if count is not None:
+            shape, sizes, name = (count, used.width), "n and head_dim", "start and n"
+        else:
+            assert positions is not None
+            shape, sizes = (*positions.shape, used.width), "n (the positions) and head_dim"
+            name = "n (the positions)"
+        cos, sin = rope_tables(out, shape, output_dtype, sizes)
+        rows = math.prod(shape[:-1])
+        w = used.frequencies() if rows else None
+        frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
+        axes = [(None, frequencies, 0, None, -1)]
+        rope_fill(cos, sin, output_dtype, positions, float(first), axes, b, self._interleaved,
+                  used.attention_factor, threads, name, used.base_name)  # fmt: skip
+        return (cos, sin) if out is None else written(out)
+
+    def apply(
+        self,
+        x: Any,
+        positions: npt.ArrayLike | None = None,
+        *,
+        start: SupportsIndex = 0,
+        seq_axis: SupportsIndex | None = None,
+        inverse: bool = False,
+        out: Any = None,
+        workers: SupportsIndex | None = None,
+    ) -> Any:
+        """``x`` rotated by the angles of its positions: as :func:`apply_rope`."""
+        arrays, outs = read_arrays(x, out)
+        if arrays[0].shape[-1] != self.head_dim:
+            raise ValueError(
+                f"x's rows (its last axis) must have head_dim = {self.head_dim} values, "
+                f"got shape {arrays[0].shape}"
+            )
+        return self._apply(
+            arrays, outs, type(x) is not tuple, out, positions, start, seq_axis, inverse, workers
+        )
+
+    def _apply(
+        self,
+        arrays: list[Any],
+        outs: list[Any] | None,
+        single: bool,
+        out: Any,
+        positions: Any,
+        start: Any,
+        seq_axis: Any,
+        inverse: Any,
+        workers: Any,
+    ) -> Any:
+        """The arrays of x (and of out), read and checked, rotated (see apply)."""
+        threads = as_workers(workers)
+        if not isinstance(inverse, (bool, np.bool_)):
+            raise TypeError(f"inverse must be a bool, got {type(inverse).__name__}")
+        axis = None if seq_axis is None else as_integer(seq_axis, "seq_axis")
+        given = None if positions is None else as_positions(positions, "positions")
+        first = 0
+        if given is None:
+            first = sequence_start(start)
+        else:
+            _check_no_offset(start)
+        leading = [array.shape[:-1] for array in arrays]
+        half = self.head_dim // 2
+        if self._widths is not None:
+            if not self._interleaved:
+                raise ValueError(
+                    'axes_dim rotates interleaved pairs: it takes layout="interleaved"'
+                )
+            widths = self._widths
+            if given is None or given.ndim == 0 or given.shape[-1] != len(widths):
+                raise ValueError(
+                    f"positions must have a last axis of len(axes_dim) = {len(widths)} with "
+                    f"axes_dim, got {'None' if given is None else f'shape {given.shape}'}"
+                )
+            points, n, rows = points_of(given, leading, axis, 0, 1)
+            if self._applied is None:
+                offsets = np.cumsum([0, *widths]).tolist()
+                self._applied = rope_axes(
+                    [((..., i), w, offsets[i] // 2, None, 0) for i, w in enumerate(widths)],
+                    self._base,
+                )
+            plan = Plan(points, 0.0, n, rows, self._applied, half, 1.0)
+        else:
+            used = self._scheme(lambda: request_length(given, first, leading[0], axis))
+            for array in arrays:
+                _check_amplitude(used.attention_factor, array.dtype)
+            table: npt.NDArray[Any] | None = None  # (positions from start)
+            if used.sections is None:
+                if given is None:
+                    n, rows = sequence_of(first, leading, axis)
+                else:
+                    table, n, rows = points_of(given, leading, axis, 0, 0)
+                start_at = float(first)
+            else:
+                start_at = 0.0
+                if given is None:  # the same position on every axis
+                    n, rows = sequence_of(first, leading, axis)
+                    sequence = np.arange(first, first + n, dtype=np.float64)
+                    table = np.broadcast_to(sequence, (3, n))
+                elif given.ndim == 0 or given.shape[0] != 3:
+                    raise ValueError(
+                        "positions must have a leading axis of 3 (temporal, height, width) with "
+                        f"rope_parameters['mrope_section'], got shape {given.shape}"
+                    )
+                else:
+                    table, n, rows = points_of(given, leading, axis, 1, 0)
+            axes = self._applied if self._again is None else None
+            if axes is None:
+                axes = _applied_axes(used)
+                if self._again is None:
+                    self._applied = axes
+            plan = Plan(table, start_at, n, rows, axes, used.width // 2, used.attention_factor)
+        return rotate(plan, arrays, outs, single, out, self._interleaved, inverse, threads)
+
+
+def _applied_axes(used: Scheme) -> tuple[Any, ...]:
+    """The axes of the angles of a scheme, for RoPE applied (see _apply.Plan)."""
+    if used.sections is None:
+        w = used.frequencies()
+        return rope_axes([(None, used.width if w is None else w, 0, None, 0)], used.base,
+                         used.base_name)  # fmt: skip
+    frequencies = used.double_doubles()
+    axes = []
+    for index, which in enumerate(sections_of(used)):
+        if which.size:  # the section's frequencies, from its first, at their columns
+            at = int(which[0])
+            columns = None if which[-1] - at == which.size - 1 else which - at
+            axes.append((index, frequencies[:, which], at, columns, 0))
+    return rope_axes(axes, None, used.base_name)
+
+
+def apply_rope(
+    x: Any,
+    positions: npt.ArrayLike | None = None,
+    *,
+    start: SupportsIndex = 0,
+    seq_axis: SupportsIndex | None = None,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    rope_parameters: Mapping[str, Any] | None = None,
+    max_position_embeddings: SupportsIndex | None = None,
+    seq_len: SupportsIndex | None = None,
+    inv_freq: npt.ArrayLike | None = None,
+    axes_dim: Sequence[SupportsIndex] | None = None,
+    inverse: bool = False,
+    out: Any = None,
+    workers: SupportsIndex | None = None,
+) -> Any:
+    """Rotary position embedding applied: ``x`` rotated by the angles of its positions.
+
+    Pair ``j`` of each row of ``x`` (its last axis) is rotated by the angle
+    ``p w_j`` of the row's position ``p``, with the frequencies and attention
+    factor that :func:`rope_cos_sin` uses for the same keywords: with its
+    tables, ``"half"`` gives ``x * cos + rotate_half(x) * sin`` (transformers'
+    ``apply_rotary_pos_emb``) and ``"interleaved"`` rotates the pairs
+    ``(x[2j], x[2j + 1])`` (GPT-J, Meta's Llama, llama.cpp). Columns past the
+    rotated ones (``partial_rotary_factor``) pass through unchanged.
+
+    Each value is computed in float64 from the row's own values and the exact
+    cos and sin (the float64 values of :func:`rope_cos_sin`), and rounded once
+    to the dtype of ``x``: it depends only on its pair, its position and the
+    encoding, never on the shape of the call, ``workers`` or the tuple.
+
+    Parameters
+    ----------
+    x : array or tuple of arrays
+        Arrays of shape ``(..., head_dim)`` and dtype float64, float32, float16
+        or bfloat16: NumPy arrays, or CPU arrays that share their memory through
+        DLPack or the buffer protocol (torch tensors). A tuple (``(q, k)``, with
+        different head counts) shares the positions: the angles are computed
+        once for all its arrays.
+    positions : array_like, optional
+        The positions (integers or reals, as :func:`rope_cos_sin` takes them),
+        broadcast against ``x.shape[:-1]`` by NumPy's rules (multimodal RoPE: a
+        leading axis of 3 more; axial RoPE: a last axis of ``len(axes_dim)``
+        more). A 1-D array with ``seq_axis`` lies along that axis. None (the
+        default): ``start + arange(x.shape[seq_axis])`` along ``seq_axis``.
+    start : int, optional
+        The first position when ``positions`` is None: a decoding step of one
+        token at position ``p`` is ``start=p`` on an axis of length 1.
+    seq_axis : int, optional
+        The axis of ``x`` that holds the sequence: -2 by default, as in
+        ``(batch, heads, seq, head_dim)`` (transformers, SDPA); 1 for
+        ``(batch, seq, heads, head_dim)`` (flash-attn, vLLM, llama.cpp).
+    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim
+        As for :func:`rope_cos_sin` (``head_dim`` is ``x.shape[-1]``;
+        ``axes_dim`` takes ``layout="interleaved"``, as Flux uses it).
+    inverse : bool, optional
+        Rotate by ``-angle``: undoes the rotation (and is its backward pass).
+    out : array or tuple of arrays, optional
+        Where to write the result: writeable arrays of the shape and dtype of
+        ``x`` (a matching tuple for a tuple), rows contiguous, ``x`` itself
+        included (in place: a torch tensor is rotated in place, its version
+        counter bumped). An array that shares memory with ``x`` without being
+        ``x``, or with another output, is refused. Left untouched (as ``x``) if
+        any argument is rejected.
+    workers : int, optional
+        As for :func:`positional_encoding`: threads that rotate large arrays.
+
+    Returns
+    -------
+    numpy.ndarray or tuple
+        ``out`` (as passed), or new NumPy arrays of the shapes and dtypes of ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cpe
+    >>> q = np.ones((1, 2, 3, 8))                       # (batch, heads, seq, head_dim)
+    >>> cos, sin = cpe.rope_cos_sin(3, 8)
+    >>> half = np.concatenate([-q[..., 4:], q[..., :4]], axis=-1)
+    >>> bool(np.allclose(cpe.apply_rope(q), q * cos + half * sin, rtol=0, atol=1e-15))
+    True
+    >>> k = np.ones((1, 3, 1, 8), dtype=np.float32)     # one new token at position 7
+    >>> _ = cpe.apply_rope(k, start=7, out=k)           # in place
+    >>> bool(np.array_equal(cpe.apply_rope(k, start=7, inverse=True).round(6), np.ones_like(k)))
+    True
+    """
+    arrays, outs = read_arrays(x, out)
+    rope = Rope._parsed(
+        "apply_rope",
+        arrays[0].shape[-1],
+        base,
+        layout,
+        rope_parameters,
+        max_position_embeddings,
+        seq_len,
+        inv_freq,
+        axes_dim,
+    )
+    return rope._apply(
+        arrays, outs, type(x) is not tuple, out, positions, start, seq_axis, inverse, workers
+    )
 
 
 def rope_frequencies(

@@ -33,6 +33,7 @@ def check_agreement(group: Group) -> None:
         return
     expected = _evaluate(stmts[group.reference], group, arg)
     for competitor in checked:
+        assert competitor.atol is not None
         got = _evaluate(competitor.stmt, group, arg)
         if got.shape != expected.shape:
             raise DisagreementError(

@@ -600,6 +600,7 @@ APPLY_LLAMA3 = {
 }
 DECODE_POSITION = 100000
 CPE_NEW = "cpe, new arrays"
+CPE_FUNCTION = "cpe.apply_rope (the config read at each call)"
 CPE_BSHD = "cpe (batch, seq, heads) layout"
 CPE_LLAMA3 = "cpe llama3-scaled"
 CPE_PARTIAL = "cpe partial_rotary_factor=0.5"
@@ -635,6 +636,7 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
     apply_rotary_pos_emb, or apply_rotary_pos_emb fed cpe's table) and NumPy, and
     one in-place pass over the same memory (the floor)."""
     qk = _qk(seq, rng)
+    size = mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32)  # q and k
     names: dict[str, Any] = {
         "cpe_apply": cpe.apply_rope,
         "cpe_rope": cpe.rope_cos_sin,
@@ -654,7 +656,9 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
         Competitor(CPE, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=rope)"),
         Competitor(CPE_NEW, "cpe", "cpe_apply(qk, start=arg, rope_parameters=rope)[0]"),
         Competitor(
-            CPE_BSHD, "cpe", "cpe_apply(bshd, start=arg, seq_axis=1, out=bshd, rope_parameters=rope)"
+            CPE_BSHD,
+            "cpe",
+            "cpe_apply(bshd, start=arg, seq_axis=1, out=bshd, rope_parameters=rope)",
         ),
         Competitor(CPE_LLAMA3, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=llama3)"),
         Competitor(CPE_PARTIAL, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=partial)"),
@@ -677,9 +681,7 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
         names["torch_table"] = lambda t: tuple(torch.from_numpy(a)[None] for a in t)
         # transformers' own float32 angles: up to ~1e-3 rad off at these positions
         competitors += [
-            Competitor(
-                TRANSFORMERS_MODEL, "rival", "model(*torch_qk, torch_ids(arg))[0]", 2e-2
-            ),
+            Competitor(TRANSFORMERS_MODEL, "rival", "model(*torch_qk, torch_ids(arg))[0]", 2e-2),
             Competitor(
                 TRANSFORMERS_APPLY, "rival", f"hf_apply(*torch_qk, *torch_table({table}))[0]", 1e-5
             ),
@@ -691,8 +693,11 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
             "RoPE applied to q (1, 32, seq, 128) and k (1, 8, seq, 128), float32, in place: "
             "time per call, angles included"
         ),
-        column=f"seq {seq} {2 * mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32):.0f}MiB",
-        params={"seq": seq, "mebibytes": mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32)},
+        column=f"seq {seq} {2 * size:.0f}MiB",
+        params={
+            "seq": seq,
+            "mebibytes": mebibytes((sum(APPLY_HEADS), seq, APPLY_HEAD_DIM), np.float32),
+        },
         names=names,
         args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
         competitors=competitors,
@@ -710,12 +715,19 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
 
 def decode_group(rng: np.random.Generator) -> Group:
     """One decoding step: q and k of one token near position 100,000, rotated in
-    place with Llama 3's scaled RoPE, by cpe (angles included) and by transformers
-    (apply_rotary_pos_emb alone, its tables made beforehand; and end to end)."""
+    place with Llama 3's scaled RoPE, by cpe (angles included; through a Rope
+    parsed once, and through apply_rope) and by transformers (apply_rotary_pos_emb
+    alone, its tables made beforehand; and end to end)."""
     qk = _qk(1, rng)
-    names: dict[str, Any] = {"cpe_apply": cpe.apply_rope, "qk": qk, "llama3": APPLY_LLAMA3}
+    names: dict[str, Any] = {
+        "cpe_apply": cpe.apply_rope,
+        "rope": cpe.Rope(APPLY_HEAD_DIM, rope_parameters=APPLY_LLAMA3),  # parsed once
+        "qk": qk,
+        "llama3": APPLY_LLAMA3,
+    }
     competitors = [
-        Competitor(CPE, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=llama3)"),
+        Competitor(CPE, "cpe", "rope.apply(qk, start=arg, out=qk)"),
+        Competitor(CPE_FUNCTION, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=llama3)"),
     ]
     rotation = _llama_rotation()
     if rotation is not None:
@@ -742,7 +754,7 @@ def decode_group(rng: np.random.Generator) -> Group:
         names=names,
         args=rng.integers(DECODE_POSITION - 1000, DECODE_POSITION + 1000, TABLE_STARTS).tolist(),
         competitors=competitors,
-        ratios=_rivals_over_cpe(competitors),
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE_FUNCTION, CPE)],
     )
 
 

@@ -29,10 +29,10 @@ import numpy as np
 from cpe._argparse import OneLineErrorParser
 from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
-    argument_forms_group,
-    grid_group,
     apply_group,
+    argument_forms_group,
     decode_group,
+    grid_group,
     multi_axis_group,
     positions_group,
     rope_group,
