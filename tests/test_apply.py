@@ -8,6 +8,8 @@ test_apply_accuracy_against_mpmath checks the rotation itself against mpmath.
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -497,3 +499,76 @@ def test_a_rope_refuses_rows_of_another_width():
         cpe.Rope(15)
     with pytest.raises(TypeError, match="rope_parameters must be a mapping"):
         cpe.Rope(16, rope_parameters=[("rope_type", "linear")])
+
+
+def test_the_readme_autograd_example():
+    # The README's torch.autograd.Function: forward apply_rope, backward inverse=True
+    # (gradcheck compares it with finite differences).
+    require("torch")
+    import doctest
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md is not beside the tests (installed elsewhere)")
+    blocks = re.findall(r"```python-torch\n(.*?)```", readme.read_text(), flags=re.DOTALL)
+    example = [block for block in blocks if "autograd.Function" in block]
+    assert len(example) == 1
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(example[0], {"cpe": cpe, "np": np}, "README", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0
+    assert result.attempted > 0
+
+
+# ---- the sinusoidal encoding added ----
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize(
+    "keywords",
+    [{}, {"convention": "fairseq"}, {"layout": "sin_cos", "base": 500.0, "scale": 0.5}],
+    ids=["paper", "fairseq", "sin_cos"],
+)
+def test_added_encoding_is_the_float64_sum_rounded_once(dtype, keywords):
+    x = values((3, 40, 33), dtype)  # (batch, seq, D), D odd
+    for x_scale in (1.0, math.sqrt(33)):
+        got = cpe.add_positional_encoding(x, start=500, x_scale=x_scale, **keywords)
+        table = cpe.positional_encoding_table(40, 33, start=500, **keywords)
+        want = (x.astype(np.float64) * x_scale + table).astype(dtype)
+        np.testing.assert_array_equal(got, want)
+    positions = RNG.uniform(0, 1e6, size=(3, 40))  # real positions, one per token
+    want = (x.astype(np.float64) + cpe.positional_encoding(positions, 33, **keywords)).astype(dtype)
+    np.testing.assert_array_equal(cpe.add_positional_encoding(x, positions, **keywords), want)
+
+
+def test_added_encoding_in_place_and_by_parts():
+    x = values((4, 300, 64), np.float32)
+    want = cpe.add_positional_encoding(x, start=7)
+    got = cpe.add_positional_encoding(x, start=7, out=x, workers=2)
+    assert got is x
+    np.testing.assert_array_equal(x, want)
+    seq_first = values((300, 4, 64))  # (seq, batch, D): fairseq's layout
+    np.testing.assert_array_equal(
+        cpe.add_positional_encoding(seq_first, seq_axis=0),
+        seq_first + cpe.positional_encoding_table(300, 64)[:, None],
+    )
+
+
+def test_added_encoding_refuses_bad_arguments_with_nothing_written():
+    x = values((2, 5, 8))
+    out = np.zeros_like(x)
+    cases = [
+        (lambda: cpe.add_positional_encoding(x, x_scale=math.nan), ValueError, "x_scale"),
+        (lambda: cpe.add_positional_encoding(x, base=-1.0), ValueError, "base"),
+        (lambda: cpe.add_positional_encoding(x, convention="bert"), ValueError, "convention"),
+        (lambda: cpe.add_positional_encoding(x, np.arange(4)), ValueError, "do not broadcast"),
+        (lambda: cpe.add_positional_encoding(x, np.arange(5), start=1), ValueError, "start must"),
+        (lambda: cpe.add_positional_encoding(x, out=x[:, ::-1]), ValueError, "shares memory"),
+        (lambda: cpe.add_positional_encoding(x, np.full(5, np.inf)), ValueError, "finite"),
+    ]
+    for call, error, match in cases:
+        _refused(call, error, match, x, out)

@@ -1,20 +1,31 @@
-"""RoPE applied: the caller's arrays read and checked, their positions' points
-laid out against them, and the rotation run by the engine (see cpe.Rope.apply,
-which is built on these)."""
+"""Encodings applied to the caller's arrays: the arrays read and checked, their
+positions' points laid out against them, and the engine run on them (RoPE's
+rotation, which cpe.Rope.apply builds on these; the sinusoidal encoding added,
+add_positional_encoding)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from cpe._args import as_integer, as_rows, written
-from cpe._core import bounds_meet, rope_apply, rope_axes, round_into, same_elements
+from cpe._args import as_integer, as_positions, as_positive, as_real, as_rows, written
+from cpe._core import (
+    apply_rows,
+    bounds_meet,
+    encoding_axes,
+    rope_axes,
+    round_into,
+    same_elements,
+)
+from cpe._typing import Convention, Layout
+from cpe._workers import as_workers
 
 __all__ = [
     "Plan",
+    "add_positional_encoding",
     "points_of",
     "read_arrays",
     "request_length",
@@ -26,25 +37,26 @@ __all__ = [
 
 
 class Plan(NamedTuple):
-    """What rotates the arrays: the positions of ``n`` points (None: ``start +
+    """What changes the arrays: the positions of ``n`` points (None: ``start +
     i``); for each array, the axes along which its points vary (``rows``); the
-    axes of the angles (see cpe._core.rope_apply) rotating ``n_freq`` pairs;
-    values times ``amplitude``."""
+    axes of the encoding (see cpe._core.apply_rows); RoPE's values times
+    ``amplitude``, or an encoding added to the arrays' values times ``x_scale``."""
 
     points: npt.NDArray[Any] | None
     start: float
     n: int
     rows: list[tuple[int, ...]]
     axes: tuple[Any, ...]
-    n_freq: int
-    amplitude: float
+    amplitude: float = 1.0
+    x_scale: float = 1.0
 
 
-def read_arrays(x: Any, out: Any) -> tuple[list[Any], list[Any] | None]:
+def read_arrays(x: Any, out: Any, even: bool = True) -> tuple[list[Any], list[Any] | None]:
     """``x`` (an array or a tuple of them) and ``out`` as lists of NumPy arrays of
-    their memory (see as_rows), each read once and checked: rows of one even
-    length, outputs of their input's shape and dtype, sharing memory with no
-    other array of the call unless it is its own input itself."""
+    their memory (see as_rows), each read once and checked: rows of one length
+    (even, when ``even``: pairs), outputs of their input's shape and dtype,
+    sharing memory with no other array of the call unless it is its own input
+    itself."""
     single = type(x) is not tuple
     items = [x] if single else list(x)
     if not items:
@@ -52,7 +64,7 @@ def read_arrays(x: Any, out: Any) -> tuple[list[Any], list[Any] | None]:
     names = ["x"] if single else [f"x[{i}]" for i in range(len(items))]
     arrays = [as_rows(item, name, False) for item, name in zip(items, names, strict=True)]
     width = arrays[0].shape[-1]
-    if width % 2:
+    if even and width % 2:
         raise ValueError(f"x's rows (its last axis) must have an even length, got {width}")
     for i, array in enumerate(arrays):
         if array.shape[-1] != width:
@@ -221,12 +233,98 @@ def rotate(
             wide = np.array(array, dtype=np.float64, order="C")
             narrow.append((wide, result))
             targets.append((wide, wide, varying))
-    rope_apply(
-        targets, plan.points, plan.start, plan.n, plan.axes, plan.n_freq, interleaved,
-        bool(inverse), plan.amplitude, workers, "positions",
+    apply_rows(
+        targets, plan.points, plan.start, plan.n, plan.axes, interleaved, bool(inverse),
+        plan.amplitude, plan.x_scale, workers, "positions",
     )  # fmt: skip
     for wide, result in narrow:
         round_into(result, wide)
     if out is None:
         return results[0] if single else tuple(results)
     return written(out)
+
+
+def add_positional_encoding(
+    x: Any,
+    positions: npt.ArrayLike | None = None,
+    *,
+    start: SupportsIndex = 0,
+    seq_axis: SupportsIndex | None = None,
+    x_scale: float = 1.0,
+    base: float = 10000.0,
+    layout: Layout | None = None,
+    freq_shift: float | None = None,
+    scale: float = 1.0,
+    convention: Convention | None = None,
+    out: Any = None,
+    workers: SupportsIndex | None = None,
+) -> Any:
+    """``x * x_scale`` plus the sinusoidal encoding of its positions, in one pass.
+
+    The forward of the PyTorch tutorial (``x + pe[:S]``), fairseq
+    (``embed_scale * x + positions``) and tensor2tensor's
+    ``add_timing_signal_1d``: each value is computed in float64 from its own
+    value and the encoding's float64 value (that of
+    :func:`positional_encoding` with the same keywords) and rounded once to the
+    dtype of ``x``.
+
+    Parameters
+    ----------
+    x : array or tuple of arrays
+        Arrays of shape ``(..., D)`` (the encoding's width is ``x.shape[-1]``) and
+        dtype float64, float32, float16 or bfloat16, as for :func:`apply_rope`
+        (a tuple shares the positions).
+    positions : array_like, optional
+        As for :func:`apply_rope`: None (the default) is ``start +
+        arange(x.shape[seq_axis])`` along ``seq_axis``; else positions broadcast
+        against ``x.shape[:-1]`` (1-D ones along ``seq_axis`` when it is given).
+    start, seq_axis
+        As for :func:`apply_rope` (``seq_axis`` -2 by default: ``(batch, seq,
+        D)``).
+    x_scale : float, optional
+        What ``x`` is multiplied by first (fairseq's ``embed_scale``,
+        ``sqrt(D)``; 1 by default).
+    base, layout, freq_shift, scale, convention
+        As for :func:`positional_encoding`.
+    out : array or tuple of arrays, optional
+        As for :func:`apply_rope`: ``x`` itself adds in place.
+    workers : int, optional
+        As for :func:`positional_encoding`: threads that change large arrays.
+
+    Returns
+    -------
+    numpy.ndarray or tuple
+        ``out`` (as passed), or new NumPy arrays of the shapes and dtypes of ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cpe
+    >>> x = np.ones((2, 5, 8))                        # (batch, seq, D)
+    >>> y = cpe.add_positional_encoding(x, x_scale=2.0)
+    >>> bool(np.array_equal(y, 2.0 * x + cpe.positional_encoding_table(5, 8)))
+    True
+    >>> _ = cpe.add_positional_encoding(x, start=3, out=x, convention="fairseq")  # in place
+    """
+    threads = as_workers(workers)
+    arrays, outs = read_arrays(x, out, even=False)
+    axes = encoding_axes(
+        arrays[0].shape[-1], as_positive(base, "base"), as_real(scale, "scale"), convention,
+        layout, freq_shift,
+    )  # fmt: skip
+    factor = as_real(x_scale, "x_scale")
+    axis = None if seq_axis is None else as_integer(seq_axis, "seq_axis")
+    leading = [array.shape[:-1] for array in arrays]
+    if positions is None:
+        first = sequence_start(start)
+        n, rows = sequence_of(first, leading, axis)
+        plan = Plan(None, float(first), n, rows, axes, x_scale=factor)
+    else:
+        if not (type(start) is int and start == 0) and as_integer(start, "start") != 0:
+            raise ValueError(
+                "start must be 0 when positions are given (add the offset to them), "
+                f"got start={start}"
+            )
+        points, n, rows = points_of(as_positions(positions, "positions"), leading, axis, 0, 0)
+        plan = Plan(points, 0.0, n, rows, axes, x_scale=factor)
+    return rotate(plan, arrays, outs, type(x) is not tuple, out, False, False, threads)

@@ -146,17 +146,25 @@ def rope_fill(
     name: str,
     base_name: str = "base",
 ) -> None: ...
-def rope_axes(axes: list[Any], base: object, base_name: str = "base") -> tuple[Any, ...]: ...
-def rope_apply(
+def rope_axes(axes: list[Any], base: object, base_name: str, n_freq: int) -> tuple[Any, ...]: ...
+def encoding_axes(
+    D: object,
+    base: float,
+    scale: float,
+    convention: object,
+    layout: object,
+    freq_shift: object,
+) -> tuple[Any, ...]: ...
+def apply_rows(
     targets: list[tuple[Any, ...]],
     positions: npt.NDArray[Any] | None,
     start: float,
     n: int,
     axes: tuple[Any, ...],
-    n_freq: int,
     interleaved: bool,
     inverse: bool,
     amplitude: float,
+    x_scale: float,
     workers: int,
     name: str,
 ) -> None: ...

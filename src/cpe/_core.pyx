@@ -1232,35 +1232,46 @@ cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) n
             j -= 1
 
 
-def rope_axes(list axes, base, str base_name="base"):
-    """RoPE's axes (see rope_apply) with their encodings and largest frequency:
-    what a parsed encoding keeps, so that each call finds them at once."""
+def rope_axes(list axes, base, str base_name, Py_ssize_t n_freq):
+    """RoPE's axes (see apply_rows) with their encodings, rotating ``n_freq``
+    pairs: what a parsed encoding keeps, so that each call finds them at once."""
     encodings, w_max = _axis_encodings(axes, base, base_name)
-    return axes, encodings, w_max
+    return axes, encodings, w_max, STORE_ROPE_HALF, n_freq, 2 * n_freq, False
 
 
-def rope_apply(list targets, positions, double start, Py_ssize_t n, tuple axes,
-               Py_ssize_t n_freq, bint interleaved, bint inverse, double amplitude,
+def encoding_axes(D, double base, double scale, convention, layout, freq_shift):
+    """The axis of an encoding of width ``D`` added (see apply_rows), of the
+    keywords of positional_encoding (checked here)."""
+    cdef Py_ssize_t width = as_count(D, "D", 1)
+    cdef int code
+    cdef _Encoding enc = _encoding(width, base, scale, convention, layout, freq_shift, True,
+                                   &code)
+    return [(None, None, 0, None, enc.n_freq)], [enc], enc.w_max, code, 0, width, True
+
+
+def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
+               bint interleaved, bint inverse, double amplitude, double x_scale,
                Py_ssize_t workers, str name):
-    """RoPE applied: the rows of ``targets`` rotated by the angles of ``n``
-    positions, the values of RoPE's float64 tables (``amplitude`` included).
+    """An encoding applied to the rows of ``targets``: rotated by the angles of
+    ``n`` positions, the values of RoPE's float64 tables (``amplitude``
+    included), or added to the encoding's float64 values (times ``x_scale``).
 
     Each target is ``(x, y, varying)``: checked float64 or float32 arrays of one
-    shape, whose rows (last axis, contiguous, of ``2 n_freq`` values or more) are
+    shape, whose rows (last axis, contiguous, of the table's width or more) are
     those of the points whose positions vary along the axes ``varying`` (a
     tuple, in order; the points in C order over them), each point's rows along
     the other axes; ``y`` is written (``x`` itself, or an array that shares no
     memory with any other target). ``positions`` and ``start`` are as for
     rope_fill, with ``n`` points. ``axes`` is what rope_axes returns of a list
-    of ``(index, frequencies, first, columns, 0)``: as for rope_fill, with
-    ``first`` its first frequency among the ``n_freq`` that rotate pair ``j``
-    ("half": values j and n_freq + j; ``interleaved``: 2j and 2j + 1), and
-    half_at 0 (see _engine.apply_request). ``inverse``: rotated backwards. Up to
-    ``workers`` threads rotate many rows.
+    of ``(index, frequencies, first, columns, 0)`` (as for rope_fill, with
+    ``first`` its first frequency among those that rotate pair ``j``: "half",
+    values j and n_freq + j; ``interleaved``, 2j and 2j + 1; and half_at 0, see
+    _engine.apply_request), or what encoding_axes returns. ``inverse``: rotated
+    backwards. Up to ``workers`` threads apply many rows.
     """
     if n == 0 or not targets:
         return None
-    axis_list, encodings, w_max = axes
+    axis_list, encodings, w_max, store, n_freq, table_width, add = axes
     pos = _checked_positions(positions, start, n, w_max, name)
     if len(axis_list) > _engine.APPLY_MAX_AXES:
         raise ValueError(f"at most {_engine.APPLY_MAX_AXES} axes, got {len(axis_list)}")
@@ -1282,10 +1293,9 @@ def rope_apply(list targets, positions, double start, Py_ssize_t n, tuple axes,
         levels = NULL if kept is None else &kept.c
         requests[k] = fill_request(
             out=NULL, sin_out=NULL, positions=axis_positions, start=start, n=n,
-            width=enc.width, row_stride=2 * n_freq, float32=False, w_hi=enc.w_hi,
-            w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
-            levels=levels, store=STORE_ROPE_HALF, amplitude=amplitude, columns=column_map,
-            half_at=half_at)
+            width=enc.width, row_stride=table_width, float32=False, w_hi=enc.w_hi,
+            w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max, levels=levels, store=store,
+            amplitude=1.0 if add else amplitude, columns=column_map, half_at=half_at)
         first_columns[k] = first
         k += 1
     cdef Py_ssize_t count = len(targets), t, values = 0
@@ -1311,6 +1321,7 @@ def rope_apply(list targets, positions, double start, Py_ssize_t n, tuple axes,
                 float32=cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32, heads_inner=rows.heads_inner)
             values += cnp.PyArray_SIZE(y)
         a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
+                          table_width=table_width, add=add, x_scale=x_scale,
                           interleaved=interleaved, inverse=inverse, targets=rotations,
                           n_targets=count)
         a.axes = &requests[0]

@@ -79,9 +79,10 @@ cdef struct rotation:
     # One array of an apply request. The rows of position i are at
     # y + y_rows[i] + y_heads[h], h < n_heads (bytes), `width` values each,
     # float32 when `float32`, else float64, the last axis contiguous: their
-    # first 2 n_freq values are rotated in place, after the row is copied from
-    # x + x_rows[i] + x_heads[h] when that is another row. `heads_inner`: the
-    # rows of a position are visited together (they lie near each other).
+    # first table_width values are changed in place (rotated, or added to), after
+    # the row is copied from x + x_rows[i] + x_heads[h] when that is another row.
+    # `heads_inner`: the rows of a position are visited together (they lie near
+    # each other).
     char* x
     char* y
     const Py_ssize_t* x_rows
@@ -94,18 +95,26 @@ cdef struct rotation:
     bint heads_inner
 
 cdef struct apply_request:
-    # RoPE applied: the angles of n positions, made by n_axes fill requests
-    # (each axis into its columns, from first_columns[k], of a table whose rows
-    # hold n_freq cosines then n_freq sines: RoPE's "half" store with half_at 0,
-    # row_stride 2 n_freq; out and sin_out are set block by block),
-    # rotate the rows of every target, pair j by the angle of frequency j ("half":
-    # values j and n_freq + j; "interleaved": 2j and 2j + 1), backwards when
-    # `inverse`.
+    # An encoding applied to the caller's rows: the values of n positions, made a
+    # block at a time by n_axes fill requests into a small table of rows of
+    # table_width values (out and sin_out are set block by block), change the
+    # first table_width values of every row of every target.
+    # Rotation (`add` false): each axis writes its columns, from
+    # first_columns[k], of rows holding n_freq cosines then n_freq sines (RoPE's
+    # "half" store with half_at 0, row_stride table_width = 2 n_freq); pair j
+    # ("half": values j and n_freq + j; "interleaved": 2j and 2j + 1) is rotated
+    # by the angle of frequency j, backwards when `inverse`.
+    # Addition (`add`): one axis writes whole rows of an encoding's layout
+    # (row_stride table_width, its width); each value becomes
+    # x * x_scale + the encoding's value.
     const fill_request* axes
     const Py_ssize_t* first_columns
     int n_axes
     Py_ssize_t n
     Py_ssize_t n_freq
+    Py_ssize_t table_width
+    bint add
+    double x_scale
     bint interleaved
     bint inverse
     const rotation* targets

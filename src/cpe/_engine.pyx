@@ -80,6 +80,9 @@ cdef extern from "cpe_rows.h":
                                        Py_ssize_t) noexcept nogil
     void cpe_rotate_interleaved_float(float*, float*, const double*, const double*,
                                       Py_ssize_t) noexcept nogil
+    # (x, e, x_scale, n): see cpe_rows.h
+    void cpe_add_row_double(double*, const double*, double, Py_ssize_t) noexcept nogil
+    void cpe_add_row_float(float*, const double*, double, Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -981,14 +984,15 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
         _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, a, b)
 
 
-# ---- RoPE applied: the angles a block at a time, then the caller's rows ----
-# The angles of a block of positions are made by the one fill loop, each axis
-# into its columns of a small table whose row i holds position i's n_freq
-# cosines, then its n_freq sines (the float64 values of RoPE's tables, the
-# attention factor included: RoPE's "half" store with both copies of a value in
-# one place). The table stays in the first-level cache while every row of those
-# positions is rotated by it: the caller's memory is read and written once, and
-# every value is the one rope_cos_sin gives.
+# ---- encodings applied: a block of rows at a time, then the caller's rows ----
+# The values of a block of positions are made by the one fill loop into a small
+# table: for RoPE, each axis into its columns of rows that hold position i's
+# n_freq cosines, then its n_freq sines (the float64 values of RoPE's tables,
+# the attention factor included: RoPE's "half" store with both copies of a value
+# in one place); for an encoding added, its rows in their layout. The table
+# stays in the first-level cache while every row of those positions is rotated
+# by it or added to: the caller's memory is read and written once, and every
+# value is the one rope_cos_sin (or positional_encoding) gives.
 
 # The bytes of a block's table.
 cdef Py_ssize_t _BLOCK_BYTES = 32 * 1024
@@ -999,7 +1003,7 @@ cdef inline fill_request _block_axis(const apply_request* a, const apply_scratch
     # Axis k's request for the positions first .. first + count, into the block.
     cdef fill_request axis = a.axes[k]
     axis.out = s.table + a.first_columns[k]
-    axis.sin_out = s.table + a.n_freq + a.first_columns[k]
+    axis.sin_out = NULL if a.add else s.table + a.n_freq + a.first_columns[k]
     if axis.positions != NULL:
         axis.positions += first
     axis.start += <double>first
@@ -1009,22 +1013,24 @@ cdef inline fill_request _block_axis(const apply_request* a, const apply_scratch
 
 cdef int apply_check(const apply_request* a) noexcept nogil:
     """The request checked before anything is allocated or written: each axis as
-    fill_check checks a request (its columns within the cosines of a row from its
-    first column; the block's table is the parts' own), and the targets' sizes.
-    A request that passes is applied by apply_scratch_new and apply_part, which
-    fail only for want of memory (apply_scratch_new)."""
+    fill_check checks a request (a rotation's columns within the cosines of a row
+    from its first column; the block's table is the parts' own), and the targets'
+    sizes. A request that passes is applied by apply_scratch_new and apply_part,
+    which fail only for want of memory (apply_scratch_new)."""
     cdef fill_request axis
     cdef double block = 0.0  # (a valid address: the tables' pointers are checked as set)
-    cdef Py_ssize_t t, j, column, row = 2 * a.n_freq
+    cdef Py_ssize_t t, j, column, row = a.table_width
     cdef const rotation* target
     cdef int k, status
-    if (a.n < 0 or not 0 <= a.n_freq <= PY_SSIZE_T_MAX // 64 or a.n_targets < 0
+    if (a.n < 0 or not 0 <= row <= PY_SSIZE_T_MAX // 64 or a.n_targets < 0
             or not 1 <= a.n_axes <= APPLY_MAX_AXES or a.axes == NULL
-            or a.first_columns == NULL or (a.n_targets and a.targets == NULL)):
+            or a.first_columns == NULL or (a.n_targets and a.targets == NULL)
+            or not isfinite(a.x_scale) or (not a.add and row != 2 * a.n_freq)
+            or (a.add and (a.n_axes != 1 or a.inverse))):
         return CPE_ERR_ARGUMENT
     for t in range(a.n_targets):
         target = &a.targets[t]
-        if target.n_heads < 0 or target.width < row:
+        if target.n_heads < 0 or target.width < row or (a.add and target.width != row):
             return CPE_ERR_ARGUMENT
         if a.n and target.n_heads and (target.x == NULL or target.y == NULL
                                        or target.x_rows == NULL or target.y_rows == NULL
@@ -1032,19 +1038,25 @@ cdef int apply_check(const apply_request* a) noexcept nogil:
             return CPE_ERR_ARGUMENT
     for k in range(a.n_axes):
         axis = a.axes[k]
-        if (axis.store != STORE_ROPE_HALF or axis.float32 or axis.n != a.n
-                or axis.row_stride != row or axis.half_at != 0
-                or not 0 <= a.first_columns[k] <= a.n_freq):
+        if axis.float32 or axis.n != a.n or axis.row_stride != row:
             return CPE_ERR_ARGUMENT
-        for j in range(axis.n_freq):  # each frequency's column among the cosines
-            column = axis.columns[j] if axis.columns != NULL else j
-            if not 0 <= column < a.n_freq - a.first_columns[k]:
+        axis.out = &block
+        if a.add:  # an encoding's whole rows, as fill_check checks them
+            if axis.store > CPE_LAYOUT_COS_SIN or a.first_columns[k] != 0:
                 return CPE_ERR_ARGUMENT
-        # The rest as fill_check checks a whole table of the axis' own.
-        axis.out = axis.sin_out = &block
-        axis.row_stride = axis.width
-        axis.columns = NULL
-        axis.half_at = axis.n_freq
+        else:
+            if (axis.store != STORE_ROPE_HALF or axis.half_at != 0
+                    or not 0 <= a.first_columns[k] <= a.n_freq):
+                return CPE_ERR_ARGUMENT
+            for j in range(axis.n_freq):  # each frequency's column among the cosines
+                column = axis.columns[j] if axis.columns != NULL else j
+                if not 0 <= column < a.n_freq - a.first_columns[k]:
+                    return CPE_ERR_ARGUMENT
+            # The rest as fill_check checks a whole table of the axis' own.
+            axis.sin_out = &block
+            axis.row_stride = axis.width
+            axis.columns = NULL
+            axis.half_at = axis.n_freq
         status = fill_check(&axis)
         if status != CPE_OK:
             return status
@@ -1055,13 +1067,13 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
                            apply_scratch* s) noexcept nogil:
     """The scratch of a part of ``count`` positions of a checked request: CPE_OK,
     or CPE_ERR_NOMEM. apply_scratch_free frees it, in either case."""
-    cdef Py_ssize_t row = 2 * a.n_freq
+    cdef Py_ssize_t row = a.table_width
     cdef fill_request axis
     cdef int k, status
     s.owned = s.table = NULL
     s.n_axes = 0
     s.rows = min(count, min(64, max(1, _BLOCK_BYTES // (8 * max(row, 1)))))
-    if count == 0 or a.n_freq == 0:
+    if count == 0 or row == 0:
         return CPE_OK
     s.owned = <double*>malloc(sizeof(double) * (s.rows * row + 8))
     if s.owned == NULL:
@@ -1094,7 +1106,7 @@ cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
     cdef fill_request axis
     cdef int k
     while i < count:
-        m = min(s.rows, count - i) if a.n_freq else count - i
+        m = min(s.rows, count - i) if a.table_width else count - i
         for k in range(s.n_axes):
             axis = _block_axis(a, s, k, first + i, m)
             fill_part(&axis, &s.axes[k], 0, m)
@@ -1124,7 +1136,7 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                 for h in range(target.n_heads):
                     cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
                                      target.y + target.y_rows[ahead] + target.y_heads[h],
-                                     2 * a.n_freq * itemsize, target.width * itemsize)
+                                     a.table_width * itemsize, target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
         else:
             for h in range(target.n_heads):
@@ -1132,23 +1144,30 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                 for i in range(count):
                     cpe_prefetch_row(target.x + target.x_rows[first + i] + target.x_heads[ahead],
                                      target.y + target.y_rows[first + i] + target.y_heads[ahead],
-                                     2 * a.n_freq * itemsize, target.width * itemsize)
+                                     a.table_width * itemsize, target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
 
 
 cdef inline void _rotate_row(const apply_request* a, const rotation* target,
                              const apply_scratch* s, Py_ssize_t first, Py_ssize_t i,
                              Py_ssize_t h) noexcept nogil:
+    # Row h of position first + i, its values those of the block's row i: rotated
+    # by them, or added to them.
     cdef char* y = target.y + target.y_rows[first + i] + target.y_heads[h]
     cdef const char* x = target.x + target.x_rows[first + i] + target.x_heads[h]
     cdef Py_ssize_t n = a.n_freq
     if x != y:
         memcpy(y, x, target.width * (4 if target.float32 else 8))
-    if n == 0:
+    if a.table_width == 0:
         return
-    cdef const double* c = s.table + i * 2 * n
+    cdef const double* c = s.table + i * a.table_width
     cdef const double* sn = c + n
-    if target.float32:
+    if a.add:
+        if target.float32:
+            cpe_add_row_float(<float*>y, c, a.x_scale, a.table_width)
+        else:
+            cpe_add_row_double(<double*>y, c, a.x_scale, a.table_width)
+    elif target.float32:
         if a.interleaved:
             cpe_rotate_interleaved_float(<float*>y, NULL, c, sn, n)
         else:

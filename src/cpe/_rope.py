@@ -482,8 +482,10 @@ class Rope:
                 self._applied = rope_axes(
                     [((..., i), w, offsets[i] // 2, None, 0) for i, w in enumerate(widths)],
                     self._base,
+                    "base",
+                    half,
                 )
-            plan = Plan(points, 0.0, n, rows, self._applied, half, 1.0)
+            plan = Plan(points, 0.0, n, rows, self._applied)
         else:
             used = self._scheme(lambda: request_length(given, first, leading[0], axis))
             for array in arrays:
@@ -513,7 +515,7 @@ class Rope:
                 axes = _applied_axes(used)
                 if self._again is None:
                     self._applied = axes
-            plan = Plan(table, start_at, n, rows, axes, used.width // 2, used.attention_factor)
+            plan = Plan(table, start_at, n, rows, axes, used.attention_factor)
         return rotate(plan, arrays, outs, single, out, self._interleaved, inverse, threads)
 
 
@@ -522,7 +524,7 @@ def _applied_axes(used: Scheme) -> tuple[Any, ...]:
     if used.sections is None:
         w = used.frequencies()
         return rope_axes([(None, used.width if w is None else w, 0, None, 0)], used.base,
-                         used.base_name)  # fmt: skip
+                         used.base_name, used.width // 2)  # fmt: skip
     frequencies = used.double_doubles()
     axes = []
     for index, which in enumerate(sections_of(used)):
@@ -530,7 +532,7 @@ def _applied_axes(used: Scheme) -> tuple[Any, ...]:
             at = int(which[0])
             columns = None if which[-1] - at == which.size - 1 else which - at
             axes.append((index, frequencies[:, which], at, columns, 0))
-    return rope_axes(axes, None, used.base_name)
+    return rope_axes(axes, None, used.base_name, used.width // 2)
 
 
 def apply_rope(

@@ -470,6 +470,20 @@ CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t
 CPE_ROTATE_KERNELS(double)
 CPE_ROTATE_KERNELS(float)
 
+/* ---- addition: an encoding added to a row of the caller's ----
+ * x[j] * x_scale + e[j] for j < n, in double, rounded once to T (x_scale 1
+ * leaves x[j] exact). */
+#define CPE_ADD_KERNELS(T)                                                      \
+    CPE_ALWAYS_INLINE void cpe_add_row_##T##_impl(T *CPE_RESTRICT x,             \
+                                                  const double *CPE_RESTRICT e,  \
+                                                  double x_scale, Py_ssize_t n) { \
+        for (Py_ssize_t j = 0; j < n; j++) x[j] = (T)((double)x[j] * x_scale + e[j]); \
+    }                                                                           \
+    CPE_MULTIVERSION(cpe_add_row_##T, (T * x, const double *e, double x_scale, Py_ssize_t n), \
+                     (x, e, x_scale, n))
+CPE_ADD_KERNELS(double)
+CPE_ADD_KERNELS(float)
+
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
  * what limits plain stores: the fill loop builds a chunk of rows in a buffer

@@ -713,6 +713,50 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
     )
 
 
+ADD_SHAPE = (8, 2048, 512)  # (batch, seq, D)
+NUMPY_ADD = "NumPy x * s + positional_encoding_table(...)"
+
+
+def add_group(rng: np.random.Generator) -> Group:
+    """The sinusoidal encoding added in place to x (batch, seq, D) float32, times a
+    scale (fairseq's embed_scale), against the NumPy code with cpe's table and
+    one in-place pass over the same memory."""
+    batch, seq, D = ADD_SHAPE
+    names: dict[str, Any] = {
+        "cpe_add": cpe.add_positional_encoding,
+        "cpe_table": cpe.positional_encoding_table,
+        "multiply": np.multiply,
+        "x": rng.standard_normal(ADD_SHAPE, dtype=np.float32),
+        "seq": seq,
+        "D": D,
+        "s": float(np.sqrt(D)),
+        "float32": np.float32,
+    }
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_add(x, start=arg, x_scale=s, out=x)"),
+        Competitor(CPE_NEW, "cpe", "cpe_add(x, start=arg, x_scale=s)"),
+        # float32 arithmetic: an ulp of |x| * s (~100) off
+        Competitor(NUMPY_ADD, "rival", "x * s + cpe_table(seq, D, start=arg, dtype=float32)", 3e-5),
+        Competitor(FLOOR_IN_PLACE, "floor", "multiply(x, 1.0, out=x)"),
+    ]
+    size = mebibytes(ADD_SHAPE, np.float32)
+    return Group(
+        kind="add",
+        name="add encoding f32",
+        section=(
+            "the sinusoidal encoding added to x (batch, seq, D) times sqrt(D), float32, in "
+            "place: time per call, encoding included"
+        ),
+        column=f"{batch}x{seq}x{D} {size:.0f}MiB",
+        params={"mebibytes": size},
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE, FLOOR_IN_PLACE)],
+        reference=CPE_NEW,
+    )
+
+
 def decode_group(rng: np.random.Generator) -> Group:
     """One decoding step: q and k of one token near position 100,000, rotated in
     place with Llama 3's scaled RoPE, by cpe (angles included; through a Rope

@@ -29,6 +29,7 @@ import numpy as np
 from cpe._argparse import OneLineErrorParser
 from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
+    add_group,
     apply_group,
     argument_forms_group,
     decode_group,
@@ -47,7 +48,7 @@ from cpe.benchmark.report import TargetCheck, format_report, report_json
 from cpe.benchmark.timing import Group, GroupResult, time_group
 
 # rope: tables, ids and multi-axis ids; apply: RoPE applied to q and k (a sequence,
-# a decoding step); workers: tables filled by several threads
+# a decoding step) and the encoding added to x; workers: tables filled by several threads
 KINDS = ("single", "table", "positions", "grid", "rope", "apply", "workers", "cold")
 ROPE_POSITIONS_HEAD_DIM = 128  # Llama's
 DTYPES = (np.float64, np.float32)
@@ -284,7 +285,7 @@ def build_groups(
         groups += [multi_axis_group(model, rng) for model in ("flux", "qwen2_vl")]
     if "apply" in kinds:
         groups += [apply_group(seq, rng) for seq in plan.apply_lengths]
-        groups.append(decode_group(rng))
+        groups += [decode_group(rng), add_group(rng)]
     if "workers" in kinds:
         groups += [workers_group(n, D, rng) for n, D in plan.workers_tables]
     return groups
