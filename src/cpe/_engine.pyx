@@ -69,8 +69,7 @@ cdef extern from "cpe_rows.h":
     void cpe_chain_rope_interleaved_float(float*, float*, const double* const*, int,
                                           Py_ssize_t, Py_ssize_t, double, const Py_ssize_t*,
                                           Py_ssize_t) noexcept nogil
-    void cpe_prefetch_row(const char* x, const char* y, Py_ssize_t rotated_bytes,
-                          Py_ssize_t row_bytes) noexcept nogil
+    void cpe_prefetch_row(const char* x, const char* y, Py_ssize_t row_bytes) noexcept nogil
     # (a, b, c, s, n): see cpe_rows.h
     void cpe_rotate_half_double(double*, double*, const double*, const double*,
                                 Py_ssize_t) noexcept nogil
@@ -1136,7 +1135,7 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                 for h in range(target.n_heads):
                     cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
                                      target.y + target.y_rows[ahead] + target.y_heads[h],
-                                     a.table_width * itemsize, target.width * itemsize)
+                                     target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
         else:
             for h in range(target.n_heads):
@@ -1144,7 +1143,7 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                 for i in range(count):
                     cpe_prefetch_row(target.x + target.x_rows[first + i] + target.x_heads[ahead],
                                      target.y + target.y_rows[first + i] + target.y_heads[ahead],
-                                     a.table_width * itemsize, target.width * itemsize)
+                                     target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
 
 

@@ -425,16 +425,12 @@ CPE_ALWAYS_INLINE void cpe_prefetch_bytes(const char *p, Py_ssize_t n) {
 #else
 CPE_ALWAYS_INLINE void cpe_prefetch_bytes(const char *p, Py_ssize_t n) { (void)p, (void)n; }
 #endif
-/* What a rotation reads of a row soon: in place (x == y), its rotated bytes;
-   else all of y and of x, which it copies. */
-CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t rotated_bytes,
-                                        Py_ssize_t row_bytes) {
-    if (x == y) {
-        cpe_prefetch_bytes(y, rotated_bytes);
-    } else {
-        cpe_prefetch_bytes(y, row_bytes);
-        cpe_prefetch_bytes(x, row_bytes);
-    }
+/* A row soon changed in place (x == y), or copied from x into y: its bytes
+   (all of them: part of a row alone would leave the hardware's prefetcher, which
+   follows whole lines in order, to fetch the rest late). */
+CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t row_bytes) {
+    cpe_prefetch_bytes(y, row_bytes);
+    if (x != y) cpe_prefetch_bytes(x, row_bytes);
 }
 
 /* ---- rotation: RoPE applied in place to a row of the caller's ----
