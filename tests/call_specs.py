@@ -771,6 +771,13 @@ def hostile_axes_dim(c: Chooser) -> Any:
     return one_of(c, lambda c: None, lambda c: pick(c, bad))
 
 
+def hostile_layer_type(c: Chooser) -> Any:
+    # Never valid: the drawn rope_parameters are never keyed by layer type
+    # (test_apply and test_rope_scaling check per-layer ones).
+    bad = ("full_attention", "", 3, b"full_attention", object(), ["sliding_attention"])
+    return one_of(c, lambda c: None, lambda c: pick(c, bad))
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -852,6 +859,7 @@ PARAMETERS: dict[str, Parameter] = {
     # Given frequencies are drawn only wrong (test_rope_scaling checks good ones).
     "inv_freq": Parameter(lambda c: None, hostile_inv_freq, ("inv_freq",), None),
     "axes_dim": Parameter(lambda c: None, hostile_axes_dim, ("axes_dim",), None),
+    "layer_type": Parameter(lambda c: None, hostile_layer_type, ("layer_type",), None),
 }
 # Arguments whose name is shared with another function but whose values are not.
 OVERRIDES: dict[str, dict[str, Parameter]] = {
@@ -1220,6 +1228,7 @@ SPECS: tuple[CallSpec, ...] = (
             "seq_len",
             "inv_freq",
             "axes_dim",
+            "layer_type",
             "workers",
         ),
         shape=_rope_shape,

@@ -572,3 +572,66 @@ def test_added_encoding_refuses_bad_arguments_with_nothing_written():
     ]
     for call, error, match in cases:
         _refused(call, error, match, x, out)
+
+
+# ---- transformers' per-layer rope_parameters (Gemma 3) ----
+
+GEMMA3 = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+}
+
+
+def test_per_layer_rope_parameters_take_a_layer_type():
+    x = values((1, 2, 9, 32))
+    for layer_type, one in GEMMA3.items():
+        for got, want in zip(
+            cpe.rope_cos_sin(9, 32, start=5, rope_parameters=GEMMA3, layer_type=layer_type),
+            cpe.rope_cos_sin(9, 32, start=5, rope_parameters=one),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(
+            cpe.apply_rope(x, start=5, rope_parameters=GEMMA3, layer_type=layer_type),
+            cpe.apply_rope(x, start=5, rope_parameters=one),
+        )
+        rope = cpe.Rope(32, rope_parameters=GEMMA3, layer_type=layer_type)
+        np.testing.assert_array_equal(
+            rope.apply(x, start=5), cpe.apply_rope(x, start=5, rope_parameters=one)
+        )
+        w, _ = cpe.rope_frequencies(32, rope_parameters=GEMMA3, layer_type=layer_type)
+        np.testing.assert_array_equal(w, cpe.rope_frequencies(32, rope_parameters=one)[0])
+
+
+def test_a_layer_type_is_asked_for_and_checked():
+    with pytest.raises(ValueError, match="pass layer_type= to choose one"):
+        cpe.rope_cos_sin(4, 32, rope_parameters=GEMMA3)
+    with pytest.raises(ValueError, match="'global' is not a layer type"):
+        cpe.Rope(32, rope_parameters=GEMMA3, layer_type="global")
+    with pytest.raises(ValueError, match="one layer's"):
+        cpe.rope_frequencies(
+            32, rope_parameters=GEMMA3["full_attention"], layer_type="full_attention"
+        )
+    with pytest.raises(ValueError, match="not given"):
+        cpe.apply_rope(values((2, 32)), layer_type="full_attention")
+    with pytest.raises(TypeError, match="layer_type must be a str"):
+        cpe.rope_cos_sin(4, 32, rope_parameters=GEMMA3, layer_type=0)
+
+
+def test_gemma3_rotary_embedding_with_its_layer_types():
+    torch = require("torch")
+    transformers = require("transformers")
+    gemma = require("transformers.models.gemma3.modeling_gemma3")
+    config = transformers.Gemma3TextConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=32, rope_parameters=dict(GEMMA3)
+    )
+    rotary = gemma.Gemma3RotaryEmbedding(config)
+    ids = torch.arange(2000, 2016)[None]
+    x = torch.zeros((), dtype=torch.float32)
+    for layer_type in GEMMA3:
+        cos, sin = rotary(x, ids, layer_type=layer_type)
+        want = cpe.rope_cos_sin(ids.numpy(), 32, rope_parameters=config.rope_parameters,
+                                layer_type=layer_type, dtype=np.float32)  # fmt: skip
+        # transformers' float32 angles at positions near 2000: ~1e-4 off
+        np.testing.assert_allclose(cos.numpy(), want[0], rtol=0, atol=5e-4)
+        np.testing.assert_allclose(sin.numpy(), want[1], rtol=0, atol=5e-4)

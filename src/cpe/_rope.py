@@ -35,7 +35,7 @@ from cpe._core import (
     rope_fill,
     rope_tables,
 )
-from cpe._scaling import Scheme, _private_copy, scheme, sections_of
+from cpe._scaling import Scheme, layer_parameters, scheme, sections_of
 from cpe._typing import RopeLayout
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def rope_cos_sin(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    layer_type: str | None = None,
     workers: SupportsIndex | None = None,
 ) -> tuple[npt.NDArray[Float], npt.NDArray[Float]]: ...
 
@@ -79,6 +80,7 @@ def rope_cos_sin(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    layer_type: str | None = None,
     workers: SupportsIndex | None = None,
 ) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]: ...
 
@@ -98,6 +100,7 @@ def rope_cos_sin(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    layer_type: str | None = None,
     workers: SupportsIndex | None = None,
 ) -> tuple[Out, Out2]: ...
 
@@ -116,6 +119,7 @@ def rope_cos_sin(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    layer_type: str | None = None,
     workers: SupportsIndex | None = None,
 ) -> Any:
     """The ``(cos, sin)`` tables of rotary position embeddings.
@@ -183,6 +187,10 @@ def rope_cos_sin(
         axis ``i`` encoded with the frequencies of width ``axes_dim[i]`` (each
         even), the tables of the axes side by side; ``head_dim`` must be their
         sum. Combines with ``base`` only.
+    layer_type : str, optional
+        With ``rope_parameters`` in transformers' per-layer form (a mapping of
+        layer types to parameters, as Gemma 3 configs carry it): the layer type
+        whose parameters to use, such as ``"full_attention"``.
     workers : int, optional
         As for `positional_encoding`: threads that fill large tables.
 
@@ -237,6 +245,7 @@ def rope_cos_sin(
         seq_len,
         inv_freq,
         axes_dim,
+        layer_type,
     )
     return rope.cos_sin(n, start=start, dtype=dtype, out=out, workers=workers)
 
@@ -257,7 +266,7 @@ class Rope:
     ----------
     head_dim : int
         The attention head's width, a positive even number.
-    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim
+    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim, layer_type
         As for :func:`rope_cos_sin`.
 
     Examples
@@ -285,6 +294,7 @@ class Rope:
         seq_len: SupportsIndex | None = None,
         inv_freq: npt.ArrayLike | None = None,
         axes_dim: Sequence[SupportsIndex] | None = None,
+        layer_type: str | None = None,
     ) -> None:
         self._parse(
             "Rope",
@@ -296,6 +306,7 @@ class Rope:
             seq_len,
             inv_freq,
             axes_dim,
+            layer_type,
         )
 
     @classmethod
@@ -317,6 +328,7 @@ class Rope:
         seq_len: Any,
         inv_freq: Any,
         axes_dim: Any,
+        layer_type: Any,
     ) -> None:
         self.head_dim: int = _head_dim(head_dim)
         self.layout: str = as_choice(layout, "layout", ROPE_LAYOUTS)
@@ -327,15 +339,16 @@ class Rope:
         self._applied: tuple[Any, ...] | None = None  # (see _apply.rope_axes)
         if axes_dim is not None:
             if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
-                    and seq_len is None):  # fmt: skip
+                    and seq_len is None and layer_type is None):  # fmt: skip
                 raise TypeError(
                     "axes_dim gives each axis the frequencies of base: it cannot be combined "
-                    "with rope_parameters, inv_freq, max_position_embeddings or seq_len"
+                    "with rope_parameters, inv_freq, max_position_embeddings, seq_len or "
+                    "layer_type"
                 )
             self._widths = _axes_dim(axes_dim, self.head_dim)
             self._base = as_positive(base, "base")
             return
-        parameters = None if rope_parameters is None else _private_copy(rope_parameters)
+        parameters = layer_parameters(rope_parameters, layer_type)
         asked: list[bool] = []
 
         def length() -> None:
@@ -548,6 +561,7 @@ def apply_rope(
     seq_len: SupportsIndex | None = None,
     inv_freq: npt.ArrayLike | None = None,
     axes_dim: Sequence[SupportsIndex] | None = None,
+    layer_type: str | None = None,
     inverse: bool = False,
     out: Any = None,
     workers: SupportsIndex | None = None,
@@ -588,7 +602,7 @@ def apply_rope(
         The axis of ``x`` that holds the sequence: -2 by default, as in
         ``(batch, heads, seq, head_dim)`` (transformers, SDPA); 1 for
         ``(batch, seq, heads, head_dim)`` (flash-attn, vLLM, llama.cpp).
-    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim
+    base, layout, rope_parameters, max_position_embeddings, seq_len, inv_freq, axes_dim, layer_type
         As for :func:`rope_cos_sin` (``head_dim`` is ``x.shape[-1]``;
         ``axes_dim`` takes ``layout="interleaved"``, as Flux uses it).
     inverse : bool, optional
@@ -633,6 +647,7 @@ def apply_rope(
         seq_len,
         inv_freq,
         axes_dim,
+        layer_type,
     )
     return rope._apply(
         arrays, outs, type(x) is not tuple, out, positions, start, seq_axis, inverse, workers
@@ -646,6 +661,7 @@ def rope_frequencies(
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
     seq_len: SupportsIndex | None = None,
+    layer_type: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], float]:
     """RoPE's frequencies ``inv_freq`` and attention factor, as a model's config sets them.
 
@@ -684,6 +700,8 @@ def rope_frequencies(
         largest position + 1, as transformers' dynamic update takes it).
         Without it, dynamic uses ``max_position_embeddings`` and longrope its
         ``short_factor``.
+    layer_type : str, optional
+        As for :func:`rope_cos_sin`: the layer type of per-layer ``rope_parameters``.
 
     Returns
     -------
@@ -709,7 +727,9 @@ def rope_frequencies(
     >>> round(factor, 6)
     1.138629
     """
-    used = scheme(_head_dim(head_dim), base, rope_parameters, max_position_embeddings, seq_len)
+    width = _head_dim(head_dim)
+    parameters = layer_parameters(rope_parameters, layer_type)
+    used = scheme(width, base, parameters, max_position_embeddings, seq_len)
     return used.inv_freq(), used.attention_factor
 
 

@@ -246,6 +246,43 @@ def _private_copy(rope_parameters: Any) -> dict[Any, Any]:
     return copy
 
 
+def layer_parameters(rope_parameters: Any, layer_type: Any) -> dict[Any, Any] | None:
+    """``rope_parameters`` read once (see _private_copy), and, in transformers'
+    per-layer form (a mapping of layer types to mappings, as Gemma 3 configs
+    carry it), the parameters of ``layer_type`` (read once too); ``layer_type``
+    must be None otherwise."""
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(
+            "layer_type must be a str (a layer type of a config's rope_parameters, such as "
+            f"'full_attention'), got {type(layer_type).__name__}"
+        )
+    parameters = None if rope_parameters is None else _private_copy(rope_parameters)
+    by_layer = (
+        parameters is not None
+        and bool(parameters)
+        and all(isinstance(value, Mapping) for value in parameters.values())
+    )
+    if parameters is None or not by_layer:
+        if layer_type is not None:
+            raise ValueError(
+                f"layer_type={layer_type!r} chooses among rope_parameters keyed by layer type, "
+                "but rope_parameters are "
+                + ("not given" if parameters is None else "one layer's (not keyed by layer type)")
+            )
+        return parameters
+    types = ", ".join(repr(key) for key in parameters)
+    if layer_type is None:
+        raise ValueError(
+            f"rope_parameters hold the parameters of each layer type ({types}): pass "
+            "layer_type= to choose one"
+        )
+    if layer_type not in parameters:
+        raise ValueError(
+            f"layer_type={layer_type!r} is not a layer type of rope_parameters ({types})"
+        )
+    return _private_copy(parameters[layer_type])
+
+
 def _key(inputs: Any) -> bytes | None:
     """The bytes of a hashable image of ``inputs`` made of immutable values only,
     each with its type and exact bits (so that inputs read apart, such as 1 and
