@@ -25,6 +25,7 @@ import tarfile
 import textwrap
 import zipfile
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -422,3 +423,37 @@ def test_the_documented_example_is_the_code_built_here() -> None:
     example = section.split("```cython\n", 1)[1].split("```", 1)[0]
     body = example[example.index("def encoding_table") :]
     assert body.strip() in (EXAMPLE / "downstream.pyx").read_text()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_the_c_rotation_is_apply_rope(downstream: ModuleType, dtype: Any, layout: str) -> None:
+    # (seq, heads, head_dim) and the same values as (heads, seq, head_dim) seen
+    # through a transposed view: rows by position or by head, the same bits.
+    x = np.random.default_rng(4).standard_normal((37, 3, 16)).astype(dtype)
+    interleaved = layout == "interleaved"
+    for inverse in (False, True):
+        want = cpe.apply_rope(x, start=5000, seq_axis=0, layout=layout, inverse=inverse)
+        got = x.copy()
+        assert downstream.rotate(got, None, 5000.0, 10000.0, interleaved, inverse) == 0
+        np.testing.assert_array_equal(got, want)
+        by_head = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)
+        assert downstream.rotate(by_head, None, 5000.0, 10000.0, interleaved, inverse) == 0
+        np.testing.assert_array_equal(by_head, want)
+    positions = np.random.default_rng(5).uniform(-1e6, 1e6, 37)
+    got = x.copy()
+    assert downstream.rotate(got, positions, 0.0, 10000.0, interleaved, False) == 0
+    np.testing.assert_array_equal(got, cpe.apply_rope(x, positions, seq_axis=0, layout=layout))
+
+
+def test_the_c_rotation_refuses_with_nothing_written(downstream: ModuleType) -> None:
+    x = np.ones((4, 2, 8))
+    for call, status in (
+        (lambda: downstream.rotate(x, None, 0.0, 10000.0, False, False, True), -1),  # NULL x
+        (lambda: downstream.rotate(x, np.full(4, np.nan), 0.0, 10000.0, False, False), -1),
+        (lambda: downstream.rotate(x, np.full(4, 2.0**60), 0.0, 10000.0, False, False), -3),
+        (lambda: downstream.rotate(x, None, 0.5, 10000.0, False, False), -1),  # not integral
+        (lambda: downstream.rotate(np.ones((4, 2, 7)), None, 0.0, 10000.0, False, False), -1),
+    ):
+        assert call() == status
+        np.testing.assert_array_equal(x, 1.0)

@@ -719,6 +719,7 @@ cdef class _Parts:
         self.parts = parts
         for k in range(parts):
             status = _engine.scratch_new(&self.r, self.bounds[k],
+                                         self.bounds[k + 1] - self.bounds[k],
                                          self.bounds[k + 1] - self.bounds[k], &self.scratch[k])
             if status != CPE_OK:
                 return status  # (__dealloc__ frees what was allocated)

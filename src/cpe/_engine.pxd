@@ -139,7 +139,7 @@ cdef void blend_frequencies(double* w_hi, double* w_lo, const double* divisor,
                             Py_ssize_t n_freq) noexcept nogil
 cdef int fill_check(const fill_request* r) noexcept nogil
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
-                     fill_scratch* s) noexcept nogil
+                     Py_ssize_t served, fill_scratch* s) noexcept nogil
 cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
                     Py_ssize_t count) noexcept nogil
 cdef void scratch_free(fill_scratch* s) noexcept nogil

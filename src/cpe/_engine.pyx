@@ -781,10 +781,11 @@ cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first)
 
 
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
-                     fill_scratch* s) noexcept nogil:
+                     Py_ssize_t served, fill_scratch* s) noexcept nogil:
     """The scratch memory of the rows ``first`` to ``first + count`` of a checked
-    request: CPE_OK, or CPE_ERR_NOMEM. scratch_free frees it, in either case
-    (and again: it leaves nothing to free)."""
+    request, which will fill ``served`` rows in all (``count``, or more: the
+    blocks of an apply request): CPE_OK, or CPE_ERR_NOMEM. scratch_free frees
+    it, in either case (and again: it leaves nothing to free)."""
     s.owned = NULL
     s.own_rows = NULL
     s.own.rows = NULL
@@ -803,11 +804,11 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
     if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // scratch_rows:
         return CPE_ERR_NOMEM
     s.owned = <double*>malloc(sizeof(double) * (scratch_rows * row_doubles + 8))
-    # Without the caller's levels, a table of their own when the part has rows
+    # Without the caller's levels, a table of their own when the scratch serves rows
     # enough to reuse them (else, or if there is no memory for one, every level row
     # is made where it is needed: the same bits). The table is used only when both
     # of its parts were allocated (own.rows stays NULL otherwise).
-    if r.levels == NULL and count >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
+    if r.levels == NULL and served >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
             n_levels * radix):
         s.own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
         s.own.state = <char*>calloc(n_levels * radix, 1)
@@ -880,7 +881,7 @@ cdef int fill(const fill_request* r) noexcept nogil:
                                    r.w_lo)
         if status != -1:
             return status
-    status = scratch_new(r, 0, r.n, &s)
+    status = scratch_new(r, 0, r.n, r.n, &s)
     if status == CPE_OK:
         fill_part(r, &s, 0, r.n)
     scratch_free(&s)
@@ -1081,7 +1082,7 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
     for k in range(a.n_axes):
         axis = _block_axis(a, s, k, 0, s.rows)  # (small: built in place, never streamed)
         s.n_axes = k + 1
-        status = scratch_new(&axis, 0, s.rows, &s.axes[k])
+        status = scratch_new(&axis, 0, s.rows, count, &s.axes[k])
         if status != CPE_OK:
             apply_scratch_free(s)
             return status

@@ -56,12 +56,19 @@ Signatures (stable; a test snapshots them)::
                       double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
                       const double* w_hi, const double* w_lo, bint interleaved)
     int fill_rope_f32(float* cos_out, float* sin_out, ...same...)
+    int rotate_rope_f64(double* x, const double* positions, double start,
+                        Py_ssize_t n_positions, Py_ssize_t position_stride,
+                        Py_ssize_t n_heads, Py_ssize_t head_stride, Py_ssize_t head_dim,
+                        const double* w_hi, const double* w_lo, bint interleaved,
+                        bint inverse)
+    int rotate_rope_f32(float* x, ...same...)
 
 A position's row has the same bits whichever function computes it and whatever
 else the call computes: row ``i`` of a table from ``start`` is the row of the
 position ``start + i`` in ``fill_positions_*``, and RoPE's cosines and sines are
-those of the ``CPE_LAYOUT_SIN_COS`` encoding of width ``head_dim``. Scratch memory
-is allocated per call (the library's Python functions keep theirs between calls).
+those of the ``CPE_LAYOUT_SIN_COS`` encoding of width ``head_dim``; ``rotate_rope_*``
+rotates by those same values. Scratch memory is allocated per call (the library's
+Python functions keep theirs between calls).
 """
 
 cdef enum:
@@ -116,3 +123,23 @@ cdef int fill_rope_f64(double* cos_out, double* sin_out, const double* positions
 cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
                        double start, Py_ssize_t n_rows, Py_ssize_t head_dim,
                        const double* w_hi, const double* w_lo, bint interleaved) noexcept nogil
+
+# RoPE applied in place to the rows of n_positions positions (positions[i], or
+# start + i when positions is NULL, as in fill_rope_*), n_heads rows each: row
+# (i, h) at x + i * position_stride + h * head_stride (strides in values; no two
+# rows may overlap), its first head_dim values (even, >= 2) rotated by the angles
+# p * w_j, j < head_dim / 2: pair j is (x[j], x[head_dim / 2 + j]) (interleaved
+# = 0, "half", as transformers' rotate_half) or (x[2j], x[2j + 1]) (interleaved =
+# 1), by -angle when inverse. Each value is computed in double from its own pair
+# and the cos and sin of fill_rope_f64, and rounded once; nothing is written
+# unless CPE_OK is returned.
+cdef int rotate_rope_f64(double* x, const double* positions, double start,
+                         Py_ssize_t n_positions, Py_ssize_t position_stride,
+                         Py_ssize_t n_heads, Py_ssize_t head_stride, Py_ssize_t head_dim,
+                         const double* w_hi, const double* w_lo, bint interleaved,
+                         bint inverse) noexcept nogil
+cdef int rotate_rope_f32(float* x, const double* positions, double start,
+                         Py_ssize_t n_positions, Py_ssize_t position_stride,
+                         Py_ssize_t n_heads, Py_ssize_t head_stride, Py_ssize_t head_dim,
+                         const double* w_hi, const double* w_lo, bint interleaved,
+                         bint inverse) noexcept nogil

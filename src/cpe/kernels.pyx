@@ -3,8 +3,18 @@
 See ``kernels.pxd`` for the signatures and statuses, ``_engine.pyx`` for how the
 rows are computed and README.md for the definition.
 """
+from libc.stdlib cimport free, malloc
+from cpython.pyport cimport PY_SSIZE_T_MAX
+
 from cpe cimport _engine
-from cpe._engine cimport STORE_ROPE_HALF, STORE_ROPE_INTERLEAVED, fill_request
+from cpe._engine cimport (
+    STORE_ROPE_HALF,
+    STORE_ROPE_INTERLEAVED,
+    apply_request,
+    apply_scratch,
+    fill_request,
+    rotation,
+)
 
 
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
@@ -84,3 +94,71 @@ cdef int fill_rope_f32(float* cos_out, float* sin_out, const double* positions,
     return _engine_fill(cos_out, sin_out, positions, start, n_rows, head_dim, w_hi, w_lo,
                         head_dim // 2,
                         STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF, True)
+
+
+cdef inline Py_ssize_t _magnitude(Py_ssize_t stride) noexcept nogil:
+    if stride < -PY_SSIZE_T_MAX:  # (its negative is not a Py_ssize_t)
+        return PY_SSIZE_T_MAX
+    return -stride if stride < 0 else stride
+
+
+cdef inline int _engine_rotate(char* x, const double* positions, double start, Py_ssize_t n,
+                               Py_ssize_t position_stride, Py_ssize_t n_heads,
+                               Py_ssize_t head_stride, Py_ssize_t head_dim,
+                               const double* w_hi, const double* w_lo, bint interleaved,
+                               bint inverse, bint float32) noexcept nogil:
+    # The apply request of one call: one axis, one array, its rows' offsets.
+    cdef Py_ssize_t itemsize = 4 if float32 else 8, i, first_column = 0
+    if head_dim < 2 or head_dim % 2 or n < 0 or n_heads < 0:
+        return CPE_ERR_ARGUMENT
+    if ((n and _magnitude(position_stride) > PY_SSIZE_T_MAX // itemsize // n)
+            or (n_heads and _magnitude(head_stride) > PY_SSIZE_T_MAX // itemsize // n_heads)
+            or n > PY_SSIZE_T_MAX // 8 - n_heads):
+        return CPE_ERR_ARGUMENT  # (offsets no memory could hold)
+    cdef Py_ssize_t* offsets = <Py_ssize_t*>malloc(sizeof(Py_ssize_t) * (n + n_heads + 1))
+    if offsets == NULL:
+        return CPE_ERR_NOMEM
+    for i in range(n):
+        offsets[i] = i * position_stride * itemsize
+    for i in range(n_heads):
+        offsets[n + i] = i * head_stride * itemsize
+    cdef rotation target = rotation(
+        x=x, y=x, x_rows=offsets, y_rows=offsets, x_heads=offsets + n, y_heads=offsets + n,
+        n_heads=n_heads, width=head_dim, float32=float32,
+        heads_inner=_magnitude(head_stride) < _magnitude(position_stride))
+    cdef fill_request axis = fill_request(
+        out=NULL, sin_out=NULL, positions=positions, start=start, n=n, width=head_dim,
+        row_stride=head_dim, float32=False, w_hi=w_hi, w_lo=w_lo, n_freq=head_dim // 2,
+        w_max=-1.0, levels=NULL, store=STORE_ROPE_HALF, amplitude=1.0, columns=NULL,
+        half_at=0)
+    cdef apply_request a = apply_request(
+        axes=&axis, first_columns=&first_column, n_axes=1, n=n, n_freq=head_dim // 2,
+        table_width=head_dim, add=False, x_scale=1.0, interleaved=interleaved,
+        inverse=inverse, targets=&target, n_targets=1)
+    cdef apply_scratch s
+    cdef int status = _engine.apply_check(&a)
+    if status == CPE_OK:
+        status = _engine.apply_scratch_new(&a, n, &s)
+        if status == CPE_OK:
+            _engine.apply_part(&a, &s, 0, n)
+        _engine.apply_scratch_free(&s)
+    free(offsets)
+    return status
+
+
+cdef int rotate_rope_f64(double* x, const double* positions, double start,
+                         Py_ssize_t n_positions, Py_ssize_t position_stride,
+                         Py_ssize_t n_heads, Py_ssize_t head_stride, Py_ssize_t head_dim,
+                         const double* w_hi, const double* w_lo, bint interleaved,
+                         bint inverse) noexcept nogil:
+    return _engine_rotate(<char*>x, positions, start, n_positions, position_stride, n_heads,
+                          head_stride, head_dim, w_hi, w_lo, interleaved, inverse, False)
+
+
+cdef int rotate_rope_f32(float* x, const double* positions, double start,
+                         Py_ssize_t n_positions, Py_ssize_t position_stride,
+                         Py_ssize_t n_heads, Py_ssize_t head_stride, Py_ssize_t head_dim,
+                         const double* w_hi, const double* w_lo, bint interleaved,
+                         bint inverse) noexcept nogil:
+    return _engine_rotate(<char*>x, positions, start, n_positions, position_stride, n_heads,
+                          head_stride, head_dim, w_hi, w_lo, interleaved, inverse, True)

@@ -18,6 +18,8 @@ from cpe.kernels cimport (
     fill_table_f32,
     fill_table_f64,
     frequencies,
+    rotate_rope_f32,
+    rotate_rope_f64,
 )
 
 CONSTANTS = {
@@ -161,6 +163,43 @@ def rope_tables(cos, sin, positions, double start, double base, bint interleaved
         with nogil:
             status = fill_rope_f32(&cos32[0, 0], &sin32[0, 0], ids_data, start, n_rows,
                                    head_dim, w, w + n_freq, interleaved)
+    free(w)
+    return status
+
+
+def rotate(x, positions, double start, double base, bint interleaved, bint inverse,
+           bint null_x=False):
+    """rotate_rope_f64/_f32 in place on the caller's (seq, heads, head_dim) array
+    (any strides of whole values, rows contiguous): positions along its first axis
+    (a float64 array), or start + i when ``positions`` is None."""
+    cdef double[:, :, :] x64
+    cdef float[:, :, :] x32
+    cdef const double[::1] ids
+    cdef const double* ids_data = NULL
+    cdef Py_ssize_t n = x.shape[0], n_heads = x.shape[1], head_dim = x.shape[2]
+    cdef Py_ssize_t n_freq = max(head_dim // 2, 1), itemsize = x.dtype.itemsize
+    cdef Py_ssize_t position_stride = x.strides[0] // itemsize
+    cdef Py_ssize_t head_stride = x.strides[1] // itemsize
+    cdef int status = CPE_OK
+    if positions is not None:
+        ids = positions
+        ids_data = &ids[0] if ids.shape[0] else NULL
+    cdef double* w = <double*>malloc(sizeof(double) * 2 * n_freq)
+    if w == NULL:
+        raise MemoryError()
+    status = frequencies(w, w + n_freq, n_freq, base, head_dim / 2.0, 1.0)
+    if status == CPE_OK and itemsize == 8:
+        x64 = x
+        with nogil:
+            status = rotate_rope_f64(NULL if null_x else &x64[0, 0, 0], ids_data, start, n,
+                                     position_stride, n_heads, head_stride, head_dim, w,
+                                     w + n_freq, interleaved, inverse)
+    elif status == CPE_OK:
+        x32 = x
+        with nogil:
+            status = rotate_rope_f32(NULL if null_x else &x32[0, 0, 0], ids_data, start, n,
+                                     position_stride, n_heads, head_stride, head_dim, w,
+                                     w + n_freq, interleaved, inverse)
     free(w)
     return status
 
