@@ -17,7 +17,6 @@ from cpe._core import (
     bounds_meet,
     encoding_axes,
     rope_axes,
-    round_into,
     same_elements,
 )
 from cpe._typing import Convention, Layout
@@ -123,6 +122,8 @@ def _seq_axis(axis: int | None, ndim: int, name: str) -> int:
     """``seq_axis`` (None: -2) as the index of one of the ``ndim`` leading axes of
     an array of ``ndim + 1`` dimensions (its last holds the rows' values)."""
     a = -2 if axis is None else axis
+    if ndim == 0:
+        raise ValueError(f"seq_axis: {name} is one row (one dimension), it has no sequence axis")
     if not -(ndim + 1) <= a < ndim or a == -1:
         raise ValueError(
             f"seq_axis must be an axis of {name} before its rows (the last axis), "
@@ -141,6 +142,12 @@ def sequence_of(
     length = None
     for i, shape in enumerate(leading):
         name = "x" if len(leading) == 1 else f"x[{i}]"
+        if not shape and axis is None:  # one row: one position, start
+            length = 1 if length is None else length
+            if length != 1:
+                raise ValueError(f"{name} is one row, one position, but x[0] has {length}")
+            rows.append(())
+            continue
         a = _seq_axis(axis, len(shape), name)
         if length is None:
             length = shape[a]
@@ -205,7 +212,7 @@ def request_length(
     """The request's sequence length, as transformers' dynamic update takes it: the
     largest position + 1 (None: none, or positions refused later)."""
     if given is None:
-        return float(first + leading[_seq_axis(axis, len(leading), "x")])
+        return float(first + (leading[_seq_axis(axis, len(leading), "x")] if leading else 1))
     largest = float(given.max()) if given.size else math.nan
     return largest + 1.0 if math.isfinite(largest) else None
 
@@ -220,25 +227,14 @@ def rotate(
     inverse: Any,
     workers: int,
 ) -> Any:
-    """The arrays rotated into ``outs`` (or new arrays), ``out`` returned as given:
-    float64 and float32 by the engine, in place when an output is its input;
-    float16 and bfloat16 in float64, then rounded once into theirs."""
+    """The arrays changed into ``outs`` (or new arrays) by the engine, in place when
+    an output is its input; ``out`` returned as given."""
     results = outs if outs is not None else [np.empty_like(a, order="C") for a in arrays]
-    targets = []
-    narrow = []
-    for array, result, varying in zip(arrays, results, plan.rows, strict=True):
-        if result.dtype == np.float64 or result.dtype == np.float32:
-            targets.append((array, result, varying))
-        else:
-            wide = np.array(array, dtype=np.float64, order="C")
-            narrow.append((wide, result))
-            targets.append((wide, wide, varying))
+    targets = [(a, r, v) for a, r, v in zip(arrays, results, plan.rows, strict=True)]
     apply_rows(
         targets, plan.points, plan.start, plan.n, plan.axes, interleaved, bool(inverse),
         plan.amplitude, plan.x_scale, workers, "positions",
     )  # fmt: skip
-    for wide, result in narrow:
-        round_into(result, wide)
     if out is None:
         return results[0] if single else tuple(results)
     return written(out)

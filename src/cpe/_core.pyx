@@ -55,6 +55,10 @@ from cpe.kernels cimport (
 )
 from cpe cimport _engine
 from cpe._engine cimport (
+    ROW_BFLOAT16,
+    ROW_FLOAT16,
+    ROW_FLOAT32,
+    ROW_FLOAT64,
     STORE_ROPE_HALF,
     STORE_ROPE_INTERLEAVED,
     cpe_level_shape,
@@ -801,18 +805,6 @@ cdef int _round_into(result, cnp.ndarray values) except -1:
     return 0
 
 
-def round_into(result, cnp.ndarray values):
-    """``values`` (float64, C order, of ``result``'s shape) rounded once into the
-    checked float16 or bfloat16 array ``result``, whatever its strides."""
-    if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>result):
-        _round_into(result, values)
-        return result
-    rounded = np.empty(array_shape(<cnp.ndarray>result), dtype=(<cnp.ndarray>result).dtype)
-    _round_into(rounded, values)
-    np.copyto(result, rounded, casting="no")  # (the same dtype: the bits copied)
-    return result
-
-
 cpdef object axis_encoding(Py_ssize_t size, double step, Py_ssize_t width, double base, dt,
                            str names, double freq_shift=0.0):
     """The ``layout="sin_cos"`` encodings (width ``width``, even) of the coordinates
@@ -1318,8 +1310,8 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
                 x=<char*>cnp.PyArray_DATA(x), y=<char*>cnp.PyArray_DATA(y),
                 x_rows=rows.x_rows, y_rows=rows.y_rows, x_heads=rows.x_heads,
                 y_heads=rows.y_heads, n_heads=rows.n_heads,
-                width=cnp.PyArray_DIM(y, cnp.PyArray_NDIM(y) - 1),
-                float32=cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32, heads_inner=rows.heads_inner)
+                width=cnp.PyArray_DIM(y, cnp.PyArray_NDIM(y) - 1), dtype=_row_dtype(y),
+                heads_inner=rows.heads_inner)
             values += cnp.PyArray_SIZE(y)
         a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
                           table_width=table_width, add=add, x_scale=x_scale,
@@ -1347,6 +1339,17 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
         return _raise_for(status, name)
     finally:
         PyMem_Free(rotations)
+
+
+cdef int _row_dtype(cnp.ndarray y) noexcept:
+    # The engine's code of a checked array's dtype (see as_rows): bfloat16 is
+    # the one of two bytes that is not float16.
+    cdef int type_num = cnp.PyArray_TYPE(y)
+    if type_num == cnp.NPY_FLOAT64:
+        return ROW_FLOAT64
+    if type_num == cnp.NPY_FLOAT32:
+        return ROW_FLOAT32
+    return ROW_FLOAT16 if type_num == cnp.NPY_FLOAT16 else ROW_BFLOAT16
 
 
 def same_elements(cnp.ndarray a, cnp.ndarray b):

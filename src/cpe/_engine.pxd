@@ -75,10 +75,17 @@ cdef struct fill_scratch:
     cpe_levels own
     row_sink sink
 
+# The dtypes of the caller's rows an apply request changes.
+cdef enum:
+    ROW_FLOAT64 = 0
+    ROW_FLOAT32 = 1
+    ROW_FLOAT16 = 2
+    ROW_BFLOAT16 = 3
+
 cdef struct rotation:
     # One array of an apply request. The rows of position i are at
-    # y + y_rows[i] + y_heads[h], h < n_heads (bytes), `width` values each,
-    # float32 when `float32`, else float64, the last axis contiguous: their
+    # y + y_rows[i] + y_heads[h], h < n_heads (bytes), `width` values each of
+    # `dtype` (ROW_FLOAT64 ... ROW_BFLOAT16), the last axis contiguous: their
     # first table_width values are changed in place (rotated, or added to), after
     # the row is copied from x + x_rows[i] + x_heads[h] when that is another row.
     # `heads_inner`: the rows of a position are visited together (they lie near
@@ -91,7 +98,7 @@ cdef struct rotation:
     const Py_ssize_t* y_heads
     Py_ssize_t n_heads
     Py_ssize_t width
-    bint float32
+    int dtype
     bint heads_inner
 
 cdef struct apply_request:

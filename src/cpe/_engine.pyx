@@ -79,9 +79,21 @@ cdef extern from "cpe_rows.h":
                                        Py_ssize_t) noexcept nogil
     void cpe_rotate_interleaved_float(float*, float*, const double*, const double*,
                                       Py_ssize_t) noexcept nogil
+    ctypedef unsigned short cpe_f16
+    ctypedef unsigned short cpe_bf16
+    void cpe_rotate_half_cpe_f16(cpe_f16*, cpe_f16*, const double*, const double*,
+                                 Py_ssize_t) noexcept nogil
+    void cpe_rotate_half_cpe_bf16(cpe_bf16*, cpe_bf16*, const double*, const double*,
+                                  Py_ssize_t) noexcept nogil
+    void cpe_rotate_interleaved_cpe_f16(cpe_f16*, cpe_f16*, const double*, const double*,
+                                        Py_ssize_t) noexcept nogil
+    void cpe_rotate_interleaved_cpe_bf16(cpe_bf16*, cpe_bf16*, const double*, const double*,
+                                         Py_ssize_t) noexcept nogil
     # (x, e, x_scale, n): see cpe_rows.h
     void cpe_add_row_double(double*, const double*, double, Py_ssize_t) noexcept nogil
     void cpe_add_row_float(float*, const double*, double, Py_ssize_t) noexcept nogil
+    void cpe_add_row_cpe_f16(cpe_f16*, const double*, double, Py_ssize_t) noexcept nogil
+    void cpe_add_row_cpe_bf16(cpe_bf16*, const double*, double, Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -1030,7 +1042,8 @@ cdef int apply_check(const apply_request* a) noexcept nogil:
         return CPE_ERR_ARGUMENT
     for t in range(a.n_targets):
         target = &a.targets[t]
-        if target.n_heads < 0 or target.width < row or (a.add and target.width != row):
+        if (target.n_heads < 0 or target.width < row or (a.add and target.width != row)
+                or not ROW_FLOAT64 <= target.dtype <= ROW_BFLOAT16):
             return CPE_ERR_ARGUMENT
         if a.n and target.n_heads and (target.x == NULL or target.y == NULL
                                        or target.x_rows == NULL or target.y_rows == NULL
@@ -1129,7 +1142,7 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
     cdef const rotation* target
     for t in range(a.n_targets):
         target = &a.targets[t]
-        itemsize = 4 if target.float32 else 8
+        itemsize = _row_itemsize(target)
         if target.heads_inner:
             for i in range(count):
                 ahead = first + min(i + 1, count - 1)  # the next position's row
@@ -1148,6 +1161,12 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                     _rotate_row(a, target, s, first, i, h)
 
 
+cdef inline Py_ssize_t _row_itemsize(const rotation* target) noexcept nogil:
+    if target.dtype == ROW_FLOAT64:
+        return 8
+    return 4 if target.dtype == ROW_FLOAT32 else 2
+
+
 cdef inline void _rotate_row(const apply_request* a, const rotation* target,
                              const apply_scratch* s, Py_ssize_t first, Py_ssize_t i,
                              Py_ssize_t h) noexcept nogil:
@@ -1157,22 +1176,35 @@ cdef inline void _rotate_row(const apply_request* a, const rotation* target,
     cdef const char* x = target.x + target.x_rows[first + i] + target.x_heads[h]
     cdef Py_ssize_t n = a.n_freq
     if x != y:
-        memcpy(y, x, target.width * (4 if target.float32 else 8))
+        memcpy(y, x, target.width * _row_itemsize(target))
     if a.table_width == 0:
         return
     cdef const double* c = s.table + i * a.table_width
     cdef const double* sn = c + n
+    cdef int dtype = target.dtype
     if a.add:
-        if target.float32:
-            cpe_add_row_float(<float*>y, c, a.x_scale, a.table_width)
-        else:
+        if dtype == ROW_FLOAT64:
             cpe_add_row_double(<double*>y, c, a.x_scale, a.table_width)
-    elif target.float32:
-        if a.interleaved:
-            cpe_rotate_interleaved_float(<float*>y, NULL, c, sn, n)
+        elif dtype == ROW_FLOAT32:
+            cpe_add_row_float(<float*>y, c, a.x_scale, a.table_width)
+        elif dtype == ROW_FLOAT16:
+            cpe_add_row_cpe_f16(<cpe_f16*>y, c, a.x_scale, a.table_width)
         else:
-            cpe_rotate_half_float(<float*>y, <float*>y + n, c, sn, n)
+            cpe_add_row_cpe_bf16(<cpe_bf16*>y, c, a.x_scale, a.table_width)
     elif a.interleaved:
-        cpe_rotate_interleaved_double(<double*>y, NULL, c, sn, n)
-    else:
+        if dtype == ROW_FLOAT64:
+            cpe_rotate_interleaved_double(<double*>y, NULL, c, sn, n)
+        elif dtype == ROW_FLOAT32:
+            cpe_rotate_interleaved_float(<float*>y, NULL, c, sn, n)
+        elif dtype == ROW_FLOAT16:
+            cpe_rotate_interleaved_cpe_f16(<cpe_f16*>y, NULL, c, sn, n)
+        else:
+            cpe_rotate_interleaved_cpe_bf16(<cpe_bf16*>y, NULL, c, sn, n)
+    elif dtype == ROW_FLOAT64:
         cpe_rotate_half_double(<double*>y, <double*>y + n, c, sn, n)
+    elif dtype == ROW_FLOAT32:
+        cpe_rotate_half_float(<float*>y, <float*>y + n, c, sn, n)
+    elif dtype == ROW_FLOAT16:
+        cpe_rotate_half_cpe_f16(<cpe_f16*>y, <cpe_f16*>y + n, c, sn, n)
+    else:
+        cpe_rotate_half_cpe_bf16(<cpe_bf16*>y, <cpe_bf16*>y + n, c, sn, n)

@@ -258,6 +258,11 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
     static void name##_portable params { name##_impl args; }       \
     CPE_COPY(CPE_AVX2_TARGET, name, _avx2, params, args)           \
     static void name params { CPE_DISPATCH(, name, args) }
+/* The AVX2 copy on AVX-512 CPUs too: for loops that GCC vectorizes only at 256
+   bits (the 16-bit floats' conversions). */
+#define CPE_MULTIVERSION_AVX2_UP(name, params, args)               \
+    CPE_COPY(CPE_AVX2_TARGET, name, _avx512, params, args)         \
+    CPE_MULTIVERSION_OWN_AVX512(name, params, args)
 
 /* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
  * Pair rows hold n sines then n cosines. acc = rows[0], then
@@ -433,6 +438,85 @@ CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t
     if (x != y) cpe_prefetch_bytes(x, row_bytes);
 }
 
+/* ---- the caller's values: loaded exactly, stored rounded once from double ----
+ * float16 and bfloat16 are their bits (uint16_t): cpe_f16 and cpe_bf16. A double
+ * is rounded once to either through float rounded to odd (of the two floats
+ * around it, the one whose last bit is odd, unless it is exact), which keeps
+ * enough bits for the second rounding, to nearest even, to give the nearest
+ * value (Boldo and Melquiond, 2008). */
+typedef uint16_t cpe_f16;
+typedef uint16_t cpe_bf16;
+
+CPE_ALWAYS_INLINE uint32_t cpe_float_bits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+CPE_ALWAYS_INLINE float cpe_float_of_bits(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* d rounded to float, to odd: truncated toward zero (infinity becomes the largest
+   float), then the last bit set when inexact; NaN stays NaN. */
+CPE_ALWAYS_INLINE uint32_t cpe_odd_float_bits(double d) {
+    float f = (float)d;
+    uint32_t b = cpe_float_bits(f);
+    b -= fabs((double)f) > fabs(d);
+    b |= (double)f != d;
+    return b;
+}
+
+CPE_ALWAYS_INLINE double cpe_load_bf16(cpe_bf16 h) {
+    return (double)cpe_float_of_bits((uint32_t)h << 16);
+}
+
+CPE_ALWAYS_INLINE cpe_bf16 cpe_store_bf16(double d) {
+    /* (Selected, not branched: the loops that store values then vectorize.) */
+    uint32_t b = cpe_odd_float_bits(d);
+    uint32_t nearest = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+    uint32_t nan = (b >> 16) | 0x0040u; /* a quiet NaN, its sign kept */
+    return (cpe_bf16)(d != d ? nan : nearest);
+}
+
+CPE_ALWAYS_INLINE double cpe_load_f16(cpe_f16 h) {
+    uint64_t sign = (uint64_t)(h & 0x8000u) << 48, bits;
+    uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    double value;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2**-24, exact */
+        value = (double)mantissa * 5.9604644775390625e-08;
+        return sign ? -value : value;
+    }
+    bits = sign | ((uint64_t)mantissa << 42) |
+           (exponent == 31 ? 0x7FF0000000000000u : (uint64_t)(exponent + 1008) << 52);
+    memcpy(&value, &bits, 8);
+    return value;
+}
+
+CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
+    uint32_t b = cpe_odd_float_bits(d), sign = (b >> 16) & 0x8000u, a = b & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (cpe_f16)(sign | 0x7E00u | ((a >> 13) & 0x3FFu)); /* NaN */
+    if (a >= 0x477FF000u) return (cpe_f16)(sign | 0x7C00u); /* from 65520 on: infinity */
+    if (a < 0x38800000u) { /* below 2**-14: multiples of 2**-24, to nearest even */
+        float r = cpe_float_of_bits(a) * 16777216.0f;
+        r = (r + 8388608.0f) - 8388608.0f;
+        return (cpe_f16)(sign | (uint32_t)r);
+    }
+    a -= 0x38000000u; /* the exponent rebased, 127 to 15 */
+    return (cpe_f16)(sign | ((a + 0x0FFFu + ((a >> 13) & 1u)) >> 13));
+}
+
+#define CPE_LOAD_double(v) (v)
+#define CPE_LOAD_float(v) ((double)(v))
+#define CPE_LOAD_cpe_f16(v) cpe_load_f16(v)
+#define CPE_LOAD_cpe_bf16(v) cpe_load_bf16(v)
+#define CPE_STORE_double(d) (d)
+#define CPE_STORE_float(d) ((float)(d))
+#define CPE_STORE_cpe_f16(d) cpe_store_f16(d)
+#define CPE_STORE_cpe_bf16(d) cpe_store_bf16(d)
+
 /* ---- rotation: RoPE applied in place to a row of the caller's ----
  * Pair j, (a[j], b[j]) ("half": a is the row, b its second half) or
  * (x[2j], x[2j + 1]) ("interleaved"), for j < n, is rotated by the angle whose
@@ -441,11 +525,11 @@ CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t
  * copy runs the same operations (no FMA), so all give the same bits. */
 #define CPE_ROTATE_PAIR(T, first, second)                                       \
     {                                                                           \
-        double x1 = (double)(first), x2 = (double)(second);                     \
-        (first) = (T)(x1 * c[j] - x2 * s[j]);                                   \
-        (second) = (T)(x2 * c[j] + x1 * s[j]);                                  \
+        double x1 = CPE_LOAD_##T(first), x2 = CPE_LOAD_##T(second);             \
+        (first) = CPE_STORE_##T(x1 * c[j] - x2 * s[j]);                         \
+        (second) = CPE_STORE_##T(x2 * c[j] + x1 * s[j]);                        \
     }
-#define CPE_ROTATE_KERNELS(T)                                                   \
+#define CPE_ROTATE_KERNELS(T, MULTIVERSION)                                     \
     CPE_ALWAYS_INLINE void cpe_rotate_half_##T##_impl(                          \
         T *CPE_RESTRICT a, T *CPE_RESTRICT b, const double *CPE_RESTRICT c,     \
         const double *CPE_RESTRICT s, Py_ssize_t n) {                           \
@@ -457,28 +541,33 @@ CPE_ALWAYS_INLINE void cpe_prefetch_row(const char *x, const char *y, Py_ssize_t
         (void)unused;                                                           \
         for (Py_ssize_t j = 0; j < n; j++) CPE_ROTATE_PAIR(T, x[2 * j], x[2 * j + 1]) \
     }                                                                           \
-    CPE_MULTIVERSION(cpe_rotate_half_##T,                                       \
-                     (T * a, T * b, const double *c, const double *s, Py_ssize_t n), \
-                     (a, b, c, s, n))                                           \
-    CPE_MULTIVERSION(cpe_rotate_interleaved_##T,                                \
-                     (T * a, T * b, const double *c, const double *s, Py_ssize_t n), \
-                     (a, b, c, s, n))
-CPE_ROTATE_KERNELS(double)
-CPE_ROTATE_KERNELS(float)
+    MULTIVERSION(cpe_rotate_half_##T,                                           \
+                 (T * a, T * b, const double *c, const double *s, Py_ssize_t n),  \
+                 (a, b, c, s, n))                                               \
+    MULTIVERSION(cpe_rotate_interleaved_##T,                                    \
+                 (T * a, T * b, const double *c, const double *s, Py_ssize_t n),  \
+                 (a, b, c, s, n))
+CPE_ROTATE_KERNELS(double, CPE_MULTIVERSION)
+CPE_ROTATE_KERNELS(float, CPE_MULTIVERSION)
+CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_AVX2_UP)
+CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_AVX2_UP)
 
 /* ---- addition: an encoding added to a row of the caller's ----
  * x[j] * x_scale + e[j] for j < n, in double, rounded once to T (x_scale 1
  * leaves x[j] exact). */
-#define CPE_ADD_KERNELS(T)                                                      \
+#define CPE_ADD_KERNELS(T, MULTIVERSION)                                        \
     CPE_ALWAYS_INLINE void cpe_add_row_##T##_impl(T *CPE_RESTRICT x,             \
                                                   const double *CPE_RESTRICT e,  \
                                                   double x_scale, Py_ssize_t n) { \
-        for (Py_ssize_t j = 0; j < n; j++) x[j] = (T)((double)x[j] * x_scale + e[j]); \
+        for (Py_ssize_t j = 0; j < n; j++)                                      \
+            x[j] = CPE_STORE_##T(CPE_LOAD_##T(x[j]) * x_scale + e[j]);          \
     }                                                                           \
-    CPE_MULTIVERSION(cpe_add_row_##T, (T * x, const double *e, double x_scale, Py_ssize_t n), \
-                     (x, e, x_scale, n))
-CPE_ADD_KERNELS(double)
-CPE_ADD_KERNELS(float)
+    MULTIVERSION(cpe_add_row_##T, (T * x, const double *e, double x_scale, Py_ssize_t n), \
+                 (x, e, x_scale, n))
+CPE_ADD_KERNELS(double, CPE_MULTIVERSION)
+CPE_ADD_KERNELS(float, CPE_MULTIVERSION)
+CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_AVX2_UP)
+CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_AVX2_UP)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is

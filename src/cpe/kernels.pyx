@@ -8,6 +8,8 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from cpe cimport _engine
 from cpe._engine cimport (
+    ROW_FLOAT32,
+    ROW_FLOAT64,
     STORE_ROPE_HALF,
     STORE_ROPE_INTERLEAVED,
     apply_request,
@@ -124,7 +126,7 @@ cdef inline int _engine_rotate(char* x, const double* positions, double start, P
         offsets[n + i] = i * head_stride * itemsize
     cdef rotation target = rotation(
         x=x, y=x, x_rows=offsets, y_rows=offsets, x_heads=offsets + n, y_heads=offsets + n,
-        n_heads=n_heads, width=head_dim, float32=float32,
+        n_heads=n_heads, width=head_dim, dtype=ROW_FLOAT32 if float32 else ROW_FLOAT64,
         heads_inner=_magnitude(head_stride) < _magnitude(position_stride))
     cdef fill_request axis = fill_request(
         out=NULL, sin_out=NULL, positions=positions, start=start, n=n, width=head_dim,
