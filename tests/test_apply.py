@@ -547,3 +547,54 @@ def test_float16_and_bfloat16_are_rounded_once_at_their_edges():
         np.testing.assert_array_equal(got.astype(np.float64).ravel(), want)
     nan = cpe.add_positional_encoding(np.array([np.nan, -np.nan], dtype=bf16))
     assert np.isnan(nan.astype(np.float64)).all()
+
+
+# ---- found by a review: empty arrays, names in errors, views ----
+
+
+def test_empty_arrays_are_returned_at_once():
+    x = np.zeros((2, 0, 5, 8))
+    assert cpe.apply_rope(x, out=x) is x  # (NumPy gives empty arrays zero strides)
+    assert cpe.add_positional_encoding(x, out=x) is x
+    long_and_empty = np.empty((2**40, 0, 8)).reshape(2**40, 0, 8)
+    assert cpe.apply_rope(long_and_empty, seq_axis=0).shape == (2**40, 0, 8)
+
+
+def test_errors_name_what_was_given():
+    x = values((2, 5, 8))
+    with pytest.raises(ValueError, match="start must be 0 when positions are given"):
+        cpe.apply_rope(x, np.zeros(5), start=3)
+    with pytest.raises(ValueError, match=r"x's rows \(its last axis\) must have an even length"):
+        cpe.apply_rope(np.ones((5, 0)))
+    with pytest.raises(ValueError, match=r"x's rows \(its last axis\) must have one value"):
+        cpe.add_positional_encoding(np.ones((5, 0)))
+    with pytest.raises(ValueError, match=r"^start \(and the sequence's length\): position"):
+        cpe.apply_rope(values((4, 8)), start=2**52, inv_freq=np.full(4, 8.0))
+    with pytest.raises(ValueError, match=r"positions of shape \(3, 4\) do not broadcast"):
+        cpe.apply_rope(x, np.zeros((3, 4)), rope_parameters={"mrope_section": [1, 1, 2]})
+    with pytest.raises(TypeError, match="must not be a masked array"):
+        cpe.apply_rope(np.ma.masked_array(values((2, 8))))
+    with pytest.raises(ValueError, match="axes_dim: RoPE is applied with 8 axes at most"):
+        cpe.apply_rope(values((2, 18)), np.zeros((2, 9)), axes_dim=(2,) * 9, layout="interleaved")
+
+
+def test_in_place_through_a_view_that_steps_differently_along_an_axis_of_one():
+    x = values((3, 1, 8))
+    want = cpe.apply_rope(x, start=4)
+    view = np.lib.stride_tricks.as_strided(x, shape=(3, 1, 8), strides=(64, 999, 8))
+    assert cpe.apply_rope(x, start=4, out=view) is view
+    np.testing.assert_array_equal(x, want)
+
+
+def test_inverse_is_the_transpose_with_an_attention_factor():
+    x = values((1, 2, 6, 16))
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    factor = cpe.rope_frequencies(16, rope_parameters=yarn)[1]
+    back = cpe.apply_rope(cpe.apply_rope(x, rope_parameters=yarn), rope_parameters=yarn,
+                          inverse=True)  # fmt: skip
+    np.testing.assert_allclose(back, factor**2 * x, rtol=1e-14, atol=1e-14)
+    # <R x, y> = <x, R^T y>: the backward pass
+    y = values(x.shape)
+    forward = np.sum(cpe.apply_rope(x, rope_parameters=yarn) * y)
+    backward = np.sum(x * cpe.apply_rope(y, rope_parameters=yarn, inverse=True))
+    assert forward == pytest.approx(backward, rel=1e-13)

@@ -63,8 +63,12 @@ def read_arrays(x: Any, out: Any, even: bool = True) -> tuple[list[Any], list[An
     names = ["x"] if single else [f"x[{i}]" for i in range(len(items))]
     arrays = [as_rows(item, name, False) for item, name in zip(items, names, strict=True)]
     width = arrays[0].shape[-1]
-    if even and width % 2:
-        raise ValueError(f"x's rows (its last axis) must have an even length, got {width}")
+    if even and (width % 2 or width < 2):
+        raise ValueError(
+            f"x's rows (its last axis) must have an even length of 2 or more, got {width}"
+        )
+    if width < 1:
+        raise ValueError("x's rows (its last axis) must have one value or more, got 0")
     for i, array in enumerate(arrays):
         if array.shape[-1] != width:
             raise ValueError(
@@ -196,8 +200,10 @@ def points_of(
             aligned = [1] * (ndim - len(shape)) + list(shape)
         if any(p not in (1, e) for p, e in zip(aligned, extents, strict=True)):
             raise ValueError(
-                f"positions of shape {shape} do not broadcast against {name}.shape[:-1] = {extents}"
-            )
+                f"positions of shape {given.shape} do not broadcast against {name}.shape[:-1] "
+                f"= {extents}" + (" (besides their axis of each point's positions)"
+                                  if lead or trail else "")
+            )  # fmt: skip
         varying.append(tuple(a for a in range(ndim) if aligned[a] != 1))
     # The points in C order of the positions' own axes (those of more than one
     # are the arrays' axes along which they vary, in the same order).
@@ -231,9 +237,10 @@ def rotate(
     an output is its input; ``out`` returned as given."""
     results = outs if outs is not None else [np.empty_like(a, order="C") for a in arrays]
     targets = [(a, r, v) for a, r, v in zip(arrays, results, plan.rows, strict=True)]
+    name = "positions" if plan.points is not None else "start (and the sequence's length)"
     apply_rows(
         targets, plan.points, plan.start, plan.n, plan.axes, interleaved, bool(inverse),
-        plan.amplitude, plan.x_scale, workers, "positions",
+        plan.amplitude, plan.x_scale, workers, name,
     )  # fmt: skip
     if out is None:
         return results[0] if single else tuple(results)

@@ -530,6 +530,9 @@ cpdef object as_rows(value, str name, bint write):
     float32, float16 or bfloat16 and at least one dimension. ``write``: an output,
     writeable, no two of its elements in the same memory. An input whose rows are
     not contiguous is copied."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
+                        "(pass its data, or fill the masked values first)")
     array = value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
     cdef cnp.ndarray checked = array
     dt = <object>cnp.PyArray_DESCR(checked)
@@ -541,7 +544,8 @@ cpdef object as_rows(value, str name, bint write):
         raise ValueError(f"{name} must have at least one dimension (its rows), got a scalar")
     cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(checked)
     cdef bint rows = (cnp.PyArray_DIM(checked, ndim - 1) <= 1
-                      or cnp.PyArray_STRIDE(checked, ndim - 1) == itemsize)
+                      or cnp.PyArray_STRIDE(checked, ndim - 1) == itemsize
+                      or cnp.PyArray_SIZE(checked) == 0)  # (nothing to read or write)
     if not write:
         if not rows or not cnp.PyArray_ISALIGNED(checked):
             array = np.ascontiguousarray(array)
@@ -550,6 +554,8 @@ cpdef object as_rows(value, str name, bint write):
         raise ValueError(f"{name} must be aligned, its last axis contiguous")
     if not cnp.PyArray_ISWRITEABLE(checked):
         raise ValueError(f"{name} must be writeable")
+    if cnp.PyArray_SIZE(checked) == 0:
+        return array
     # No two elements in the same bytes: along the axes in order of their strides,
     # each stride at least the span of the axes before it.
     cdef Py_ssize_t span = itemsize

@@ -519,8 +519,8 @@ cdef Cache _digit_cache = Cache(_DIGIT_BUDGET)
 
 cdef _Levels _levels_of(_Encoding enc, bint now=False):
     """The (cached) digit levels of ``enc``, or None when they would not fit the
-    cache, or when ``enc`` fills its first request (unless ``now``: RoPE
-    applied, whose blocks are too short to keep levels of their own): an
+    cache, or when ``enc`` fills its first request (unless ``now``: an
+    encoding applied, whose blocks are too short to keep levels of their own): an
     encoding used once (a new base, say) pays for no table of levels, only for
     the rows it needs."""
     cdef Py_ssize_t radix
@@ -689,7 +689,7 @@ cdef class _Parts:
             PyMem_Free(self.apply_scratch)
 
     cdef int run_apply(self, const apply_request* a, Py_ssize_t parts) except? -1:
-        """CPE_OK once every position's rows are rotated, or CPE_ERR_NOMEM with
+        """CPE_OK once every position's rows are changed, or CPE_ERR_NOMEM with
         nothing written (see run)."""
         cdef Py_ssize_t k
         cdef int status = CPE_OK
@@ -1225,6 +1225,10 @@ cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) n
             j -= 1
 
 
+# The most axes an encoding applied has (axial RoPE's axes_dim).
+APPLY_MAX_AXES = _engine.APPLY_MAX_AXES
+
+
 def rope_axes(list axes, base, str base_name, Py_ssize_t n_freq):
     """RoPE's axes (see apply_rows) with their encodings, rotating ``n_freq``
     pairs: what a parsed encoding keeps, so that each call finds them at once."""
@@ -1262,8 +1266,12 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
     _engine.apply_request), or what encoding_axes returns. ``inverse``: rotated
     backwards. Up to ``workers`` threads apply many rows.
     """
-    if n == 0 or not targets:
-        return None
+    cdef cnp.ndarray x, y
+    cdef Py_ssize_t size = 0
+    for target in targets:
+        size += cnp.PyArray_SIZE(<cnp.ndarray>target[1])
+    if n == 0 or size == 0:
+        return None  # (nothing to change: not even the positions are read)
     axis_list, encodings, w_max, store, n_freq, table_width, add = axes
     pos = _checked_positions(positions, start, n, w_max, name)
     if len(axis_list) > _engine.APPLY_MAX_AXES:
@@ -1291,11 +1299,10 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
             amplitude=1.0 if add else amplitude, columns=column_map, half_at=half_at)
         first_columns[k] = first
         k += 1
-    cdef Py_ssize_t count = len(targets), t, values = 0
+    cdef Py_ssize_t count = len(targets), t, values = 0, nbytes = 0
     cdef rotation* rotations = <rotation*>PyMem_Calloc(count, sizeof(rotation))
     if rotations == NULL:
         raise MemoryError("cpe: could not allocate scratch memory")
-    cdef cnp.ndarray x, y
     cdef _RowOffsets rows
     cdef apply_request a
     cdef apply_scratch scratch
@@ -1313,6 +1320,7 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
                 width=cnp.PyArray_DIM(y, cnp.PyArray_NDIM(y) - 1), dtype=_row_dtype(y),
                 heads_inner=rows.heads_inner)
             values += cnp.PyArray_SIZE(y)
+            nbytes += cnp.PyArray_NBYTES(y)
         a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
                           table_width=table_width, add=add, x_scale=x_scale,
                           interleaved=interleaved, inverse=inverse, targets=rotations,
@@ -1322,7 +1330,7 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
         status = _engine.apply_check(&a)
         _raise_for(status, name)
         if workers > 1:
-            parts = part_count(workers, n, values * 8)
+            parts = part_count(workers, n, nbytes)
         if parts > 1:
             return _raise_for(_Parts(owners).run_apply(&a, parts), name)
         if values < _NOGIL_VALUES:
@@ -1359,9 +1367,10 @@ def same_elements(cnp.ndarray a, cnp.ndarray b):
     if cnp.PyArray_DATA(a) != cnp.PyArray_DATA(b) or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(b):
         return False
     for k in range(cnp.PyArray_NDIM(a)):
-        if (cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(b, k)
-                or cnp.PyArray_STRIDE(a, k) != cnp.PyArray_STRIDE(b, k)):
+        if cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(b, k):
             return False
+        if cnp.PyArray_DIM(a, k) > 1 and cnp.PyArray_STRIDE(a, k) != cnp.PyArray_STRIDE(b, k):
+            return False  # (an axis of one element is not stepped along)
     return True
 
 

@@ -32,6 +32,7 @@ from cpe._args import (
     written,
 )
 from cpe._core import (
+    APPLY_MAX_AXES,
     rope_fill,
     rope_tables,
 )
@@ -474,8 +475,11 @@ class Rope:
         first = 0
         if given is None:
             first = sequence_start(start)
-        else:
-            _check_no_offset(start)
+        elif not (type(start) is int and start == 0) and as_integer(start, "start") != 0:
+            raise ValueError(
+                "start must be 0 when positions are given (add the offset to them), "
+                f"got start={start}"
+            )
         leading = [array.shape[:-1] for array in arrays]
         half = self.head_dim // 2
         if self._widths is not None:
@@ -484,6 +488,11 @@ class Rope:
                     'axes_dim rotates interleaved pairs: it takes layout="interleaved"'
                 )
             widths = self._widths
+            if len(widths) > APPLY_MAX_AXES:
+                raise ValueError(
+                    f"axes_dim: RoPE is applied with {APPLY_MAX_AXES} axes at most, got "
+                    f"{len(widths)} (rope_cos_sin makes the tables of more)"
+                )
             if given is None or given.ndim == 0 or given.shape[-1] != len(widths):
                 raise ValueError(
                     f"positions must have a last axis of len(axes_dim) = {len(widths)} with "
@@ -606,7 +615,10 @@ def apply_rope(
         As for :func:`rope_cos_sin` (``head_dim`` is ``x.shape[-1]``;
         ``axes_dim`` takes ``layout="interleaved"``, as Flux uses it).
     inverse : bool, optional
-        Rotate by ``-angle``: undoes the rotation (and is its backward pass).
+        Rotate by ``-angle``: the transpose of the rotation, its backward pass,
+        which undoes it when the attention factor is 1 (with one of ``a``, as
+        yarn's, the values are multiplied by ``a`` both ways, as the model's
+        tables do).
     out : array or tuple of arrays, optional
         Where to write the result: writeable arrays of the shape and dtype of
         ``x`` (a matching tuple for a tuple), rows contiguous, ``x`` itself
