@@ -23,6 +23,7 @@ from cpe.benchmark.cases import (
     FLOOR_IN_PLACE,
     FLOOR_NEW,
     FLOOR_OUT,
+    FLOOR_TORCH_IN_PLACE,
     MAE,
     MODULE,
     NUMPY,
@@ -160,6 +161,11 @@ def _apply_targets(result: GroupResult) -> list[TargetCheck]:
     ]
 
 
+def _apply_bf16_targets(result: GroupResult) -> list[TargetCheck]:
+    # bfloat16 tensors in place within 2x of one in-place pass over them.
+    return [_within(result, CPE, FLOOR_TORCH_IN_PLACE, 2)]
+
+
 def _add_targets(result: GroupResult) -> list[TargetCheck]:
     # The encoding added in place within 1.3x of one in-place pass, at least 2x
     # faster than the NumPy code.
@@ -200,6 +206,7 @@ _GROUP_TARGETS = {
     "apply": _apply_targets,
     "decode": _decode_targets,
     "add": _add_targets,
+    "apply bf16": _apply_bf16_targets,
     "workers": _workers_targets,
 }
 

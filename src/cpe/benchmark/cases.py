@@ -713,6 +713,38 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
     )
 
 
+FLOOR_TORCH_IN_PLACE = "floor: one in-place pass (x.mul_(1))"
+
+
+def apply_bf16_group(seq: int, rng: np.random.Generator) -> Group | None:
+    """RoPE applied in place to bfloat16 torch tensors q and k (as apply_group), and
+    one in-place pass of torch over them; None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    qk = tuple(torch.from_numpy(x).to(torch.bfloat16) for x in _qk(seq, rng))
+    names: dict[str, Any] = {"cpe_apply": cpe.apply_rope, "qk": qk, "rope": APPLY_ROPE}
+    competitors = [
+        Competitor(CPE, "cpe", "cpe_apply(qk, start=arg, out=qk, rope_parameters=rope)"),
+        Competitor(FLOOR_TORCH_IN_PLACE, "floor", "[x.mul_(1.0) for x in qk]"),
+    ]
+    return Group(
+        kind="apply bf16",
+        name=f"apply rope bf16 {seq}",
+        section=(
+            "RoPE applied to q (1, 32, seq, 128) and k (1, 8, seq, 128), torch bfloat16, in "
+            "place: time per call, angles included"
+        ),
+        column=f"seq {seq}",
+        params={"seq": seq},
+        names=names,
+        args=rng.integers(0, POSITION_RANGE, TABLE_STARTS).tolist(),
+        competitors=competitors,
+        ratios=[Ratio(CPE, FLOOR_TORCH_IN_PLACE)],
+    )
+
+
 ADD_SHAPE = (8, 2048, 512)  # (batch, seq, D)
 NUMPY_ADD = "NumPy x * s + positional_encoding_table(...)"
 

@@ -30,6 +30,7 @@ from cpe._argparse import OneLineErrorParser
 from cpe.benchmark.agreement import check_agreement
 from cpe.benchmark.cases import (
     add_group,
+    apply_bf16_group,
     apply_group,
     argument_forms_group,
     decode_group,
@@ -285,6 +286,7 @@ def build_groups(
         groups += [multi_axis_group(model, rng) for model in ("flux", "qwen2_vl")]
     if "apply" in kinds:
         groups += [apply_group(seq, rng) for seq in plan.apply_lengths]
+        groups += [g for seq in plan.apply_lengths if (g := apply_bf16_group(seq, rng))]
         groups += [decode_group(rng), add_group(rng)]
     if "workers" in kinds:
         groups += [workers_group(n, D, rng) for n, D in plan.workers_tables]
