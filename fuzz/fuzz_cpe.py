@@ -3,11 +3,13 @@
 Each input is decoded by a FuzzedDataProvider into one call: a function from
 tests/call_specs.py's SPECS, a mode (all arguments valid / one hostile / all
 hostile) and the arguments themselves, built by the same makers as the property
-tests. tests/contract.py then checks it: a result must match tests/reference.py, an
-error must be TypeError/ValueError/OverflowError/MemoryError naming the argument,
-a rejected out= must be unchanged, a valid call must succeed, and no warning may
-escape. Any other outcome, or a crash, is a finding: atheris prints it and saves
-the input (replay it with ``python fuzz/fuzz_cpe.py CRASH_FILE``).
+tests; or a call of a function that changes the caller's arrays, with its own
+contract (tests/apply_contract.py). tests/contract.py checks the others: a result
+must match tests/reference.py, an error must be TypeError/ValueError/
+OverflowError/MemoryError naming the argument, a rejected out= must be unchanged,
+a valid call must succeed, and no warning may escape. Any other outcome, or a
+crash, is a finding: atheris prints it and saves the input (replay it with
+``python fuzz/fuzz_cpe.py CRASH_FILE``).
 
 
     pip install atheris
@@ -30,6 +32,7 @@ import numpy as np  # noqa: F401  (imported first so that only our own modules a
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 with atheris.instrument_imports():
+    import apply_contract
     import call_specs
     import contract
 
@@ -54,6 +57,10 @@ class FuzzChooser:
 
 def test_one_input(data: bytes) -> None:
     c = FuzzChooser(atheris.FuzzedDataProvider(data))
+    if c.integer(0, len(call_specs.SPECS)) == 0:  # the functions that change x
+        mode = call_specs.pick(c, ("valid", "one_bad"))
+        apply_contract.check(apply_contract.draw_apply(c, mode), mode)
+        return
     spec = call_specs.pick(c, call_specs.SPECS)
     mode = call_specs.pick(c, call_specs.HOSTILE_MODES)
     args, out, blame = call_specs.draw_call(c, spec, mode)

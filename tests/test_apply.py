@@ -9,14 +9,19 @@ test_apply_accuracy_against_mpmath checks the rotation itself against mpmath.
 from __future__ import annotations
 
 import math
+import warnings
 
+import hypothesis
+import hypothesis.strategies as st
 import mpmath
 import numpy as np
 import pytest
 
+import apply_contract
 import cpe
 from exact import frequency
 from interop import require
+from test_properties import HypothesisChooser
 
 RNG = np.random.default_rng(20261205)
 
@@ -598,3 +603,16 @@ def test_inverse_is_the_transpose_with_an_attention_factor():
     forward = np.sum(cpe.apply_rope(x, rope_parameters=yarn) * y)
     backward = np.sum(x * cpe.apply_rope(y, rope_parameters=yarn, inverse=True))
     assert forward == pytest.approx(backward, rel=1e-13)
+
+
+# ---- the contract, on arbitrary calls (tests/apply_contract.py; the fuzzer too) ----
+
+
+@pytest.mark.parametrize("mode", ["valid", "one_bad"])
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(data=st.data())
+def test_arbitrary_calls_keep_the_contract(mode, data):
+    call = apply_contract.draw_apply(HypothesisChooser(data), mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning may escape
+        apply_contract.check(call, mode)

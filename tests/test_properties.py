@@ -69,8 +69,9 @@ def test_every_public_function_has_a_call_spec():
     # (test_rope_scaling checks it and its errors).
     # (set_workers and get_workers set and read the default of workers=.)
     # apply_rope and add_positional_encoding change the caller's arrays (no
-    # dtype=): test_apply checks their values, invariance and refusals; they have
-    # no CallSpec yet. Rope is the class whose methods rope_cos_sin and apply_rope are.
+    # dtype=): their contract is tests/apply_contract.py (test_apply and the
+    # fuzzer draw their calls). Rope is the class whose methods rope_cos_sin and
+    # apply_rope are.
     public = {name for name in cpe.__all__ if callable(getattr(cpe, name))}
     exempt = {"rope_frequencies", "set_workers", "get_workers", "Rope"}
     exempt |= {"apply_rope", "add_positional_encoding"}
