@@ -1140,8 +1140,12 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     cdef const Py_ssize_t* column_map
     for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
         axis, columns = _axis_arrays(pos, index, columns)
-        axis_positions = NULL if axis is None else <const double*>_address(axis)
-        column_map = NULL if columns is None else <const Py_ssize_t*>_address(columns)
+        axis_positions = NULL  # (statements: Cython types a conditional's NULL void*)
+        if axis is not None:
+            axis_positions = <const double*>_address(axis)
+        column_map = NULL
+        if columns is not None:
+            column_map = <const Py_ssize_t*>_address(columns)
         _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
                        store, name, amplitude, workers, head_dim, first, column_map, half_at)
     if narrow:
@@ -1289,8 +1293,12 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
         axis, columns = _axis_arrays(pos, index, columns)
         kept = _levels_of(enc, n > 1)
         owners += [axis, columns, kept]
-        axis_positions = NULL if axis is None else <const double*>_address(axis)
-        column_map = NULL if columns is None else <const Py_ssize_t*>_address(columns)
+        axis_positions = NULL  # (statements: Cython types a conditional's NULL void*)
+        if axis is not None:
+            axis_positions = <const double*>_address(axis)
+        column_map = NULL
+        if columns is not None:
+            column_map = <const Py_ssize_t*>_address(columns)
         levels = NULL if kept is None else &kept.c
         requests[k] = fill_request(
             out=NULL, sin_out=NULL, positions=axis_positions, start=start, n=n,
