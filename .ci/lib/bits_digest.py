@@ -1,8 +1,10 @@
 """Print one SHA-256 digest per group of cpe results, to compare two builds' bits.
 
 Every public function, each path of the kernels (digit levels, digit tables,
-one row of sines and cosines per position, streamed outputs), float64, float32
-and float16, both RoPE layouts and a few conventions. Two builds whose lines
+one row of sines and cosines per position, streamed outputs, the rotation and
+the addition of the caller's rows), float64, float32 and float16, both RoPE
+layouts and a few conventions. (Not bfloat16: the builds compared need not all
+have ml_dtypes, which gives NumPy that dtype.) Two builds whose lines
 differ give different bits somewhere in that group. Run it under each
 CPE_DISABLE_* setting to compare every copy of the SIMD loops.
 """
@@ -76,6 +78,16 @@ def main() -> None:
                 *cpe.rope_cos_sin(THW, 128, rope_parameters=QWEN3_VL, layout=layout, dtype=dtype),
             ]
             emit(f"multi-axis rope {layout} {dtype}", axes)
+        # Encodings applied: every rotation and addition kernel, x of this dtype.
+        x = rng.standard_normal((2, 3, 40, 128)).astype(dtype)
+        applied = [
+            cpe.apply_rope(x, start=70000, layout=layout, inverse=inverse)
+            for layout in ("half", "interleaved")
+            for inverse in (False, True)
+        ]
+        applied.append(cpe.apply_rope(x, THW[:, :, None, :40], rope_parameters=QWEN2_VL))
+        applied.append(cpe.add_positional_encoding(x, start=-5, x_scale=8.0))
+        emit(f"applied {dtype}", applied)
     # Outputs of 16 MiB and more are streamed.
     streamed = [
         cpe.positional_encoding_table(8192, 1024, dtype="float32"),
