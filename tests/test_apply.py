@@ -374,7 +374,10 @@ ROPES = [
 
 
 @pytest.mark.parametrize("keywords", ROPES, ids=range(len(ROPES)))
-def test_a_rope_gives_what_the_functions_give(keywords):
+def test_a_rope_reused_across_calls_gives_what_a_fresh_parse_gives(keywords):
+    # The functions parse the keywords at each call; one Rope serves every call
+    # here, so what it keeps (its scheme, its axes; dynamic schemes made again
+    # for each length) must not depend on the calls before.
     rope = cpe.Rope(32, **keywords)
     x = values((2, 2, 100, 32), np.float32)
     for n, start in ((100, 0), (100, 3000), (30, 7)):  # (lengths that dynamic schemes adapt to)

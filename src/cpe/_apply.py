@@ -12,13 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cpe._args import as_integer, as_positions, as_positive, as_real, as_rows, written
-from cpe._core import (
-    apply_rows,
-    bounds_meet,
-    encoding_axes,
-    rope_axes,
-    same_elements,
-)
+from cpe._core import apply_rows, bounds_meet, encoding_axes, same_elements
 from cpe._typing import Convention, Layout
 from cpe._workers import as_workers
 
@@ -27,11 +21,10 @@ __all__ = [
     "add_positional_encoding",
     "points_of",
     "read_arrays",
+    "read_positions",
     "request_length",
-    "rope_axes",
     "rotate",
     "sequence_of",
-    "sequence_start",
 ]
 
 
@@ -114,12 +107,25 @@ def _shares(a: Any, b: Any) -> bool:
         return True
 
 
-def sequence_start(start: Any) -> int:
-    """``start`` of a sequence of positions: an integer of magnitude <= 2**53."""
-    first = start if type(start) is int else as_integer(start, "start")
-    if abs(first) > 2**53:
-        raise ValueError("start must be an integer of magnitude <= 2**53")
-    return first
+def read_positions(
+    positions: Any, start: Any, seq_axis: Any
+) -> tuple[npt.NDArray[Any] | None, int, int | None]:
+    """The positions (as_positions' array, or None: a sequence from ``start``), the
+    first position of that sequence (an integer of magnitude <= 2**53; 0 with
+    positions, which carry their own offsets) and ``seq_axis`` (None: its
+    default), each read once."""
+    axis = None if seq_axis is None else as_integer(seq_axis, "seq_axis")
+    if positions is None:
+        first = start if type(start) is int else as_integer(start, "start")
+        if abs(first) > 2**53:
+            raise ValueError("start must be an integer of magnitude <= 2**53")
+        return None, first, axis
+    given = as_positions(positions, "positions")
+    if not (type(start) is int and start == 0) and as_integer(start, "start") != 0:
+        raise ValueError(
+            f"start must be 0 when positions are given (add the offset to them), got start={start}"
+        )
+    return given, 0, axis
 
 
 def _seq_axis(axis: int | None, ndim: int, name: str) -> int:
@@ -316,18 +322,12 @@ def add_positional_encoding(
         layout, freq_shift,
     )  # fmt: skip
     factor = as_real(x_scale, "x_scale")
-    axis = None if seq_axis is None else as_integer(seq_axis, "seq_axis")
+    given, first, axis = read_positions(positions, start, seq_axis)
     leading = [array.shape[:-1] for array in arrays]
-    if positions is None:
-        first = sequence_start(start)
+    if given is None:
         n, rows = sequence_of(first, leading, axis)
         plan = Plan(None, float(first), n, rows, axes, x_scale=factor)
     else:
-        if not (type(start) is int and start == 0) and as_integer(start, "start") != 0:
-            raise ValueError(
-                "start must be 0 when positions are given (add the offset to them), "
-                f"got start={start}"
-            )
-        points, n, rows = points_of(as_positions(positions, "positions"), leading, axis, 0, 0)
+        points, n, rows = points_of(given, leading, axis, 0, 0)
         plan = Plan(points, 0.0, n, rows, axes, x_scale=factor)
     return rotate(plan, arrays, outs, type(x) is not tuple, out, False, False, threads)

@@ -1093,6 +1093,13 @@ cdef object _checked_positions(positions, double start, Py_ssize_t rows, double 
     return pos
 
 
+cdef inline const void* _data_or_null(array) noexcept:
+    """The data of a C-contiguous array (kept alive by the caller), or NULL for None."""
+    if array is None:
+        return NULL
+    return cnp.PyArray_DATA(<cnp.ndarray>array)
+
+
 cdef object _axis_arrays(pos, index, columns):
     """An axis' positions (``pos[index]``, or all of ``pos``; None stays None) and
     its column map (None, or intp), each C-contiguous."""
@@ -1140,12 +1147,8 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     cdef const Py_ssize_t* column_map
     for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
         axis, columns = _axis_arrays(pos, index, columns)
-        axis_positions = NULL  # (statements: Cython types a conditional's NULL void*)
-        if axis is not None:
-            axis_positions = <const double*>_address(axis)
-        column_map = NULL
-        if columns is not None:
-            column_map = <const Py_ssize_t*>_address(columns)
+        axis_positions = <const double*>_data_or_null(axis)
+        column_map = <const Py_ssize_t*>_data_or_null(columns)
         _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
                        store, name, amplitude, workers, head_dim, first, column_map, half_at)
     if narrow:
@@ -1293,12 +1296,8 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
         axis, columns = _axis_arrays(pos, index, columns)
         kept = _levels_of(enc, n > 1)
         owners += [axis, columns, kept]
-        axis_positions = NULL  # (statements: Cython types a conditional's NULL void*)
-        if axis is not None:
-            axis_positions = <const double*>_address(axis)
-        column_map = NULL
-        if columns is not None:
-            column_map = <const Py_ssize_t*>_address(columns)
+        axis_positions = <const double*>_data_or_null(axis)
+        column_map = <const Py_ssize_t*>_data_or_null(columns)
         levels = NULL if kept is None else &kept.c
         requests[k] = fill_request(
             out=NULL, sin_out=NULL, positions=axis_positions, start=start, n=n,

@@ -14,11 +14,10 @@ from cpe._apply import (
     Plan,
     points_of,
     read_arrays,
+    read_positions,
     request_length,
-    rope_axes,
     rotate,
     sequence_of,
-    sequence_start,
 )
 from cpe._args import (
     as_choice,
@@ -33,6 +32,7 @@ from cpe._args import (
 )
 from cpe._core import (
     APPLY_MAX_AXES,
+    rope_axes,
     rope_fill,
     rope_tables,
 )
@@ -470,16 +470,7 @@ class Rope:
         threads = as_workers(workers)
         if not isinstance(inverse, (bool, np.bool_)):
             raise TypeError(f"inverse must be a bool, got {type(inverse).__name__}")
-        axis = None if seq_axis is None else as_integer(seq_axis, "seq_axis")
-        given = None if positions is None else as_positions(positions, "positions")
-        first = 0
-        if given is None:
-            first = sequence_start(start)
-        elif not (type(start) is int and start == 0) and as_integer(start, "start") != 0:
-            raise ValueError(
-                "start must be 0 when positions are given (add the offset to them), "
-                f"got start={start}"
-            )
+        given, first, axis = read_positions(positions, start, seq_axis)
         leading = [array.shape[:-1] for array in arrays]
         half = self.head_dim // 2
         if self._widths is not None:
