@@ -479,6 +479,45 @@ def test_added_encoding_refuses_bad_arguments_with_nothing_written():
         _refused(call, error, match, x, out)
 
 
+@pytest.mark.parametrize(
+    "keywords",
+    [{}, {"convention": "fairseq"}, {"layout": "sin_cos", "base": 500.0, "freq_shift": 1.0}],
+    ids=["paper", "fairseq", "sin_cos"],
+)
+def test_a_sinusoidal_encoding_gives_what_the_functions_give(keywords):
+    # One parsed encoding serves every call: the same bits as the functions, which
+    # read the keywords at each call, whatever the calls before.
+    encoding = cpe.Sinusoidal(33, **keywords)
+    x = values((2, 40, 33), np.float32)
+    for start in (0, 90000, 7):
+        np.testing.assert_array_equal(
+            encoding.add(x, start=start, x_scale=2.0),
+            cpe.add_positional_encoding(x, start=start, x_scale=2.0, **keywords),
+        )
+        np.testing.assert_array_equal(
+            encoding.table(40, start=start, dtype=np.float32),
+            cpe.positional_encoding_table(40, 33, start=start, dtype=np.float32, **keywords),
+        )
+        positions = RNG.uniform(-1e6, 1e6, size=(3, 5))
+        np.testing.assert_array_equal(
+            encoding.encode(positions), cpe.positional_encoding(positions, 33, **keywords)
+        )
+
+
+def test_a_sinusoidal_encoding_checks_its_keywords_once_and_its_rows():
+    with pytest.raises(ValueError, match="D must be"):
+        cpe.Sinusoidal(0)
+    with pytest.raises(ValueError, match="base"):
+        cpe.Sinusoidal(8, base=-1.0)
+    with pytest.raises(ValueError, match="convention"):
+        cpe.Sinusoidal(8, convention="bert")
+    with pytest.raises(TypeError, match="freq_shift"):
+        cpe.Sinusoidal(8, freq_shift="1")
+    encoding = cpe.Sinusoidal(16)
+    x = values((3, 8))
+    _refused(lambda: encoding.add(x), ValueError, "D = 16", x)
+
+
 # ---- transformers' per-layer rope_parameters (Gemma 3) ----
 
 GEMMA3 = {

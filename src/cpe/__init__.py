@@ -12,7 +12,7 @@ dtype: float64 results are within 1e-15 of the exact value for |p| <= 1e6.
 The C-level kernels are available to Cython code as ``cimport cpe.kernels``.
 """
 
-from cpe._apply import add_positional_encoding
+from cpe._apply import Sinusoidal, add_positional_encoding
 from cpe._core import positional_encoding, positional_encoding_table
 from cpe._grids import sincos_2d, sincos_3d
 from cpe._rope import Rope, apply_rope, rope_cos_sin, rope_frequencies
@@ -21,6 +21,7 @@ from cpe._workers import get_workers, set_workers
 
 __all__ = [
     "Rope",
+    "Sinusoidal",
     "__version__",
     "add_positional_encoding",
     "apply_rope",

@@ -6,21 +6,32 @@ add_positional_encoding)."""
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, SupportsIndex, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
-from cpe._args import as_integer, as_positions, as_positive, as_real, as_rows, written
-from cpe._core import apply_rows, bounds_meet, encoding_axes, same_elements
+from cpe._args import (
+    as_count,
+    as_integer,
+    as_positions,
+    as_positive,
+    as_real,
+    as_row_arrays,
+    written,
+)
+from cpe._core import apply_rows, encoding_axes, positional_encoding, positional_encoding_table
 from cpe._typing import Convention, Layout
 from cpe._workers import as_workers
 
+if TYPE_CHECKING:
+    from cpe._typing import DType
+
 __all__ = [
     "Plan",
+    "Sinusoidal",
     "add_positional_encoding",
     "points_of",
-    "read_arrays",
     "read_positions",
     "request_length",
     "rotate",
@@ -41,70 +52,6 @@ class Plan(NamedTuple):
     axes: tuple[Any, ...]
     amplitude: float = 1.0
     x_scale: float = 1.0
-
-
-def read_arrays(x: Any, out: Any, even: bool = True) -> tuple[list[Any], list[Any] | None]:
-    """``x`` (an array or a tuple of them) and ``out`` as lists of NumPy arrays of
-    their memory (see as_rows), each read once and checked: rows of one length
-    (even, when ``even``: pairs), outputs of their input's shape and dtype,
-    sharing memory with no other array of the call unless it is its own input
-    itself."""
-    single = type(x) is not tuple
-    items = [x] if single else list(x)
-    if not items:
-        raise ValueError("x must be an array or a non-empty tuple of arrays")
-    names = ["x"] if single else [f"x[{i}]" for i in range(len(items))]
-    arrays = [as_rows(item, name, False) for item, name in zip(items, names, strict=True)]
-    width = arrays[0].shape[-1]
-    if even and (width % 2 or width < 2):
-        raise ValueError(
-            f"x's rows (its last axis) must have an even length of 2 or more, got {width}"
-        )
-    if width < 1:
-        raise ValueError("x's rows (its last axis) must have one value or more, got 0")
-    for i, array in enumerate(arrays):
-        if array.shape[-1] != width:
-            raise ValueError(
-                f"x[{i}] must have rows of {width} values as x[0], got shape {array.shape}"
-            )
-    if out is None:
-        return arrays, None
-    if single and type(out) is tuple:
-        raise TypeError("out must be an array for one array x, got a tuple")
-    if not single and (type(out) is not tuple or len(out) != len(items)):
-        raise TypeError(f"out must be a tuple of {len(items)} arrays, as x")
-    given = [out] if single else list(out)
-    out_names = ["out"] if single else [f"out[{i}]" for i in range(len(items))]
-    outs = [as_rows(item, name, True) for item, name in zip(given, out_names, strict=True)]
-    for array, result, name in zip(arrays, outs, out_names, strict=True):
-        if result.dtype != array.dtype:
-            raise TypeError(f"{name} must have the dtype of x, {array.dtype}, got {result.dtype}")
-        if result.shape != array.shape:
-            raise ValueError(f"{name} must have the shape of x, {array.shape}, got {result.shape}")
-    for i, result in enumerate(outs):
-        for j, other in enumerate(arrays):
-            if i == j and same_elements(result, other):
-                continue
-            if _shares(result, other):
-                what = "x" if single else f"x[{j}]"
-                raise ValueError(
-                    f"{out_names[i]} shares memory with {what} without being it: pass x "
-                    "itself (in place) or an array apart"
-                )
-        for j in range(i):
-            if _shares(result, outs[j]):
-                raise ValueError(f"{out_names[i]} shares memory with {out_names[j]}")
-    return arrays, outs
-
-
-def _shares(a: Any, b: Any) -> bool:
-    """Whether two arrays share memory (when too hard to tell: as if they did)."""
-    if not bounds_meet(a, b):
-        return False
-    try:
-        return bool(np.shares_memory(a, b, max_work=cast(Any, 1 << 20)))
-    except np.exceptions.TooHardError:
-        return True
 
 
 def read_positions(
@@ -128,18 +75,26 @@ def read_positions(
     return given, 0, axis
 
 
-def _seq_axis(axis: int | None, ndim: int, name: str) -> int:
+def _seq_axis(axis: int | None, ndim: int, i: int, count: int) -> int:
     """``seq_axis`` (None: -2) as the index of one of the ``ndim`` leading axes of
-    an array of ``ndim + 1`` dimensions (its last holds the rows' values)."""
+    an array of ``ndim + 1`` dimensions (its last holds the rows' values): that
+    of array ``i`` of ``count``."""
     a = -2 if axis is None else axis
     if ndim == 0:
-        raise ValueError(f"seq_axis: {name} is one row (one dimension), it has no sequence axis")
+        raise ValueError(
+            f"seq_axis: {_name(i, count)} is one row (one dimension), it has no sequence axis"
+        )
     if not -(ndim + 1) <= a < ndim or a == -1:
         raise ValueError(
-            f"seq_axis must be an axis of {name} before its rows (the last axis), "
+            f"seq_axis must be an axis of {_name(i, count)} before its rows (the last axis), "
             f"from {-(ndim + 1)} to {ndim - 1} except -1, got {a}"
         )
     return a % (ndim + 1)
+
+
+def _name(i: int, count: int) -> str:
+    """The name of array ``i`` of the ``count`` arrays of x, in errors."""
+    return "x" if count == 1 else f"x[{i}]"
 
 
 def sequence_of(
@@ -149,25 +104,26 @@ def sequence_of(
     every array (of leading shapes ``leading``), and the axis of each array
     along which they vary (none when the sequence has one position)."""
     rows: list[tuple[int, ...]] = []
-    length = None
+    length = -1
+    count = len(leading)
     for i, shape in enumerate(leading):
-        name = "x" if len(leading) == 1 else f"x[{i}]"
         if not shape and axis is None:  # one row: one position, start
-            length = 1 if length is None else length
-            if length != 1:
-                raise ValueError(f"{name} is one row, one position, but x[0] has {length}")
+            if length not in (-1, 1):
+                raise ValueError(
+                    f"{_name(i, count)} is one row, one position, but x[0] has {length}"
+                )
+            length = 1
             rows.append(())
             continue
-        a = _seq_axis(axis, len(shape), name)
-        if length is None:
+        a = _seq_axis(axis, len(shape), i, count)
+        if length == -1:
             length = shape[a]
         elif shape[a] != length:
             raise ValueError(
-                f"{name} must have as many positions along seq_axis as x[0], {length}, "
+                f"{_name(i, count)} must have as many positions along seq_axis as x[0], {length}, "
                 f"got {shape[a]}"
             )
         rows.append((a,) if shape[a] != 1 else ())
-    assert length is not None
     if abs(first + length) > 2**53:
         raise ValueError("start + the length of the sequence must be at most 2**53")
     return length, rows
@@ -197,7 +153,7 @@ def points_of(
         ndim = len(extents)
         if axis is not None:
             aligned = [1] * ndim
-            aligned[_seq_axis(axis, ndim, name)] = shape[0]
+            aligned[_seq_axis(axis, ndim, i, len(leading))] = shape[0]
         elif len(shape) > ndim:
             raise ValueError(
                 f"positions of shape {shape} do not broadcast against {name}.shape[:-1] = {extents}"
@@ -224,7 +180,7 @@ def request_length(
     """The request's sequence length, as transformers' dynamic update takes it: the
     largest position + 1 (None: none, or positions refused later)."""
     if given is None:
-        return float(first + (leading[_seq_axis(axis, len(leading), "x")] if leading else 1))
+        return float(first + (leading[_seq_axis(axis, len(leading), 0, 1)] if leading else 1))
     largest = float(given.max()) if given.size else math.nan
     return largest + 1.0 if math.isfinite(largest) else None
 
@@ -251,6 +207,132 @@ def rotate(
     if out is None:
         return results[0] if single else tuple(results)
     return written(out)
+
+
+class Sinusoidal:
+    """The sinusoidal encoding parsed once: its width, frequencies and layout, for
+    single positions, tables and additions, call after call.
+
+    ``Sinusoidal(D, **keywords)`` reads and checks the keywords once;
+    ``.encode(position, ...)`` is ``positional_encoding(position, D,
+    **keywords, ...)``, ``.table(n, ...)`` is ``positional_encoding_table(n, D,
+    **keywords, ...)`` and ``.add(x, ...)`` is ``add_positional_encoding(x,
+    ..., **keywords)`` (which is this method) for ``x`` of rows of ``D`` values.
+
+    Parameters
+    ----------
+    D : int
+        The encoding's width, a positive integer.
+    base, layout, freq_shift, scale, convention
+        As for :func:`positional_encoding`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cpe
+    >>> encoding = cpe.Sinusoidal(8, convention="fairseq")
+    >>> x = np.zeros((2, 5, 8), dtype=np.float32)     # (batch, seq, D)
+    >>> _ = encoding.add(x, start=2, out=x)           # positions 2 to 6, in place
+    >>> bool(np.array_equal(x[1], encoding.table(5, start=2, dtype=np.float32)))
+    True
+    >>> bool(np.array_equal(encoding.encode(4), encoding.table(1, start=4)[0]))
+    True
+    """
+
+    def __init__(
+        self,
+        D: SupportsIndex,
+        *,
+        base: float = 10000.0,
+        layout: Layout | None = None,
+        freq_shift: float | None = None,
+        scale: float = 1.0,
+        convention: Convention | None = None,
+    ) -> None:
+        self.D: int = as_count(D, "D", 1)
+        # The keywords, each read once, as the functions take them again.
+        self._keywords: dict[str, Any] = {
+            "base": as_positive(base, "base"),
+            "layout": layout,
+            "freq_shift": None if freq_shift is None else as_real(freq_shift, "freq_shift"),
+            "scale": as_real(scale, "scale"),
+            "convention": convention,
+        }
+        self._axes = encoding_axes(self.D, **self._keywords)
+
+    def encode(
+        self,
+        position: npt.ArrayLike,
+        *,
+        dtype: DType = np.float64,
+        out: Any = None,
+        workers: SupportsIndex | None = None,
+    ) -> Any:
+        """The encoding of ``position``: as :func:`positional_encoding`."""
+        return positional_encoding(
+            position, self.D, dtype=dtype, out=out, workers=workers, **self._keywords
+        )
+
+    def table(
+        self,
+        n: SupportsIndex,
+        *,
+        start: SupportsIndex = 0,
+        dtype: DType = np.float64,
+        out: Any = None,
+        workers: SupportsIndex | None = None,
+    ) -> Any:
+        """The encodings of positions ``start`` to ``start + n - 1``: as
+        :func:`positional_encoding_table`."""
+        return positional_encoding_table(
+            n, self.D, start=start, dtype=dtype, out=out, workers=workers, **self._keywords
+        )
+
+    def add(
+        self,
+        x: Any,
+        positions: npt.ArrayLike | None = None,
+        *,
+        start: SupportsIndex = 0,
+        seq_axis: SupportsIndex | None = None,
+        x_scale: float = 1.0,
+        out: Any = None,
+        workers: SupportsIndex | None = None,
+    ) -> Any:
+        """``x * x_scale`` plus the encoding of its positions: as
+        :func:`add_positional_encoding`."""
+        arrays, outs = as_row_arrays(x, out, False)
+        if arrays[0].shape[-1] != self.D:
+            raise ValueError(
+                f"x's rows (its last axis) must have D = {self.D} values, "
+                f"got shape {arrays[0].shape}"
+            )
+        return self._add(arrays, outs, x, out, positions, start, seq_axis, x_scale, workers)
+
+    def _add(
+        self,
+        arrays: list[Any],
+        outs: list[Any] | None,
+        x: Any,
+        out: Any,
+        positions: Any,
+        start: Any,
+        seq_axis: Any,
+        x_scale: Any,
+        workers: Any,
+    ) -> Any:
+        """The arrays of x (and of out), read and checked, added to (see add)."""
+        threads = as_workers(workers)
+        factor = as_real(x_scale, "x_scale")
+        given, first, axis = read_positions(positions, start, seq_axis)
+        leading = [array.shape[:-1] for array in arrays]
+        if given is None:
+            n, rows = sequence_of(first, leading, axis)
+            plan = Plan(None, float(first), n, rows, self._axes, x_scale=factor)
+        else:
+            points, n, rows = points_of(given, leading, axis, 0, 0)
+            plan = Plan(points, 0.0, n, rows, self._axes, x_scale=factor)
+        return rotate(plan, arrays, outs, type(x) is not tuple, out, False, False, threads)
 
 
 def add_positional_encoding(
@@ -315,19 +397,9 @@ def add_positional_encoding(
     True
     >>> _ = cpe.add_positional_encoding(x, start=3, out=x, convention="fairseq")  # in place
     """
-    threads = as_workers(workers)
-    arrays, outs = read_arrays(x, out, even=False)
-    axes = encoding_axes(
-        arrays[0].shape[-1], as_positive(base, "base"), as_real(scale, "scale"), convention,
-        layout, freq_shift,
+    arrays, outs = as_row_arrays(x, out, False)
+    encoding = Sinusoidal(
+        arrays[0].shape[-1], base=base, layout=layout, freq_shift=freq_shift, scale=scale,
+        convention=convention,
     )  # fmt: skip
-    factor = as_real(x_scale, "x_scale")
-    given, first, axis = read_positions(positions, start, seq_axis)
-    leading = [array.shape[:-1] for array in arrays]
-    if given is None:
-        n, rows = sequence_of(first, leading, axis)
-        plan = Plan(None, float(first), n, rows, axes, x_scale=factor)
-    else:
-        points, n, rows = points_of(given, leading, axis, 0, 0)
-        plan = Plan(points, 0.0, n, rows, axes, x_scale=factor)
-    return rotate(plan, arrays, outs, type(x) is not tuple, out, False, False, threads)
+    return encoding._add(arrays, outs, x, out, positions, start, seq_axis, x_scale, workers)

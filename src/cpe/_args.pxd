@@ -15,6 +15,7 @@ cdef bint scalar_position(position, double* p) except -1
 cdef tuple array_shape(cnp.ndarray array)
 cpdef object adopt_out(out, tuple shape, dt, str name)
 cpdef object as_rows(value, str name, bint write)
+cpdef tuple as_row_arrays(x, out, bint even)
 cpdef object written(out)
 cdef bint overlap(cnp.ndarray a, cnp.ndarray b) noexcept
 cpdef object table_start(start, Py_ssize_t rows)

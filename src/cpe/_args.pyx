@@ -530,14 +530,17 @@ cpdef object as_rows(value, str name, bint write):
     float32, float16 or bfloat16 and at least one dimension. ``write``: an output,
     writeable, no two of its elements in the same memory. An input whose rows are
     not contiguous is copied."""
-    if isinstance(value, np.ma.MaskedArray):
+    if type(value) is not np.ndarray and isinstance(value, np.ma.MaskedArray):
         raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
                         "(pass its data, or fill the masked values first)")
     array = value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
     cdef cnp.ndarray checked = array
-    dt = <object>cnp.PyArray_DESCR(checked)
+    cdef int type_num = cnp.PyArray_TYPE(checked)
     if not cnp.PyArray_ISNOTSWAPPED(checked) or not (
-            dt == _FLOAT64 or dt == _FLOAT32 or dt == _FLOAT16 or dt.name == "bfloat16"):
+            type_num == cnp.NPY_FLOAT64 or type_num == cnp.NPY_FLOAT32
+            or type_num == cnp.NPY_FLOAT16
+            or (<object>cnp.PyArray_DESCR(checked)).name == "bfloat16"):
+        dt = <object>cnp.PyArray_DESCR(checked)
         raise TypeError(f"{name} must have dtype {_DTYPES}, got {dt}")
     cdef int ndim = cnp.PyArray_NDIM(checked)
     if ndim == 0:
@@ -554,7 +557,7 @@ cpdef object as_rows(value, str name, bint write):
         raise ValueError(f"{name} must be aligned, its last axis contiguous")
     if not cnp.PyArray_ISWRITEABLE(checked):
         raise ValueError(f"{name} must be writeable")
-    if cnp.PyArray_SIZE(checked) == 0:
+    if cnp.PyArray_SIZE(checked) == 0 or cnp.PyArray_IS_C_CONTIGUOUS(checked):
         return array
     # No two elements in the same bytes: along the axes in order of their strides,
     # each stride at least the span of the axes before it.
@@ -572,6 +575,117 @@ cpdef object as_rows(value, str name, bint write):
     return array
 
 
+cpdef tuple as_row_arrays(x, out, bint even):
+    """``x`` (an array or a tuple of them) and ``out`` as lists of NumPy arrays of
+    their memory (see as_rows; ``out`` None: None), each read once and checked:
+    rows of one length (even, when ``even``: pairs), outputs of their input's
+    shape and dtype, sharing memory with no other array of the call unless it is
+    its own input itself."""
+    cdef bint single = type(x) is not tuple
+    cdef list items = [x] if single else list(x)
+    if not items:
+        raise ValueError("x must be an array or a non-empty tuple of arrays")
+    cdef Py_ssize_t count = len(items), i, j
+    cdef list arrays = [as_rows(items[i], "x" if single else f"x[{i}]", False)
+                        for i in range(count)]
+    cdef cnp.ndarray array, result
+    array = arrays[0]
+    cdef Py_ssize_t width = cnp.PyArray_DIM(array, cnp.PyArray_NDIM(array) - 1)
+    if even and (width % 2 or width < 2):
+        raise ValueError(
+            f"x's rows (its last axis) must have an even length of 2 or more, got {width}"
+        )
+    if width < 1:
+        raise ValueError("x's rows (its last axis) must have one value or more, got 0")
+    for i in range(1, count):
+        array = arrays[i]
+        if cnp.PyArray_DIM(array, cnp.PyArray_NDIM(array) - 1) != width:
+            raise ValueError(
+                f"x[{i}] must have rows of {width} values as x[0], got shape {array_shape(array)}"
+            )
+    if out is None:
+        return arrays, None
+    if single and type(out) is tuple:
+        raise TypeError("out must be an array for one array x, got a tuple")
+    if not single and (type(out) is not tuple or len(out) != count):
+        raise TypeError(f"out must be a tuple of {count} arrays, as x")
+    cdef list given = [out] if single else list(out)
+    cdef list outs = []
+    for i in range(count):
+        name = "out" if single else f"out[{i}]"
+        result = as_rows(given[i], name, True)
+        array = arrays[i]
+        if cnp.PyArray_TYPE(result) != cnp.PyArray_TYPE(array):  # (both checked: native)
+            raise TypeError(f"{name} must have the dtype of x, {<object>cnp.PyArray_DESCR(array)}, "
+                            f"got {<object>cnp.PyArray_DESCR(result)}")
+        if cnp.PyArray_NDIM(result) != cnp.PyArray_NDIM(array) or not cnp.PyArray_CompareLists(
+                cnp.PyArray_DIMS(result), cnp.PyArray_DIMS(array), cnp.PyArray_NDIM(array)):
+            raise ValueError(f"{name} must have the shape of x, {array_shape(array)}, got "
+                             f"{array_shape(result)}")
+        outs.append(result)
+    for i in range(count):
+        for j in range(count):
+            if i == j and same_elements(outs[i], arrays[j]):
+                continue
+            if _shares(outs[i], arrays[j]):
+                what = "x" if single else f"x[{j}]"
+                raise ValueError(
+                    f"{'out' if single else f'out[{i}]'} shares memory with {what} without "
+                    "being it: pass x itself (in place) or an array apart"
+                )
+        for j in range(i):
+            if _shares(outs[i], outs[j]):
+                raise ValueError(f"out[{i}] shares memory with out[{j}]")
+    return arrays, outs
+
+
+cdef bint same_elements(cnp.ndarray a, cnp.ndarray b) noexcept:
+    """Whether two arrays are views of the same elements in the same order (their
+    data, shape and strides as NumPy holds them)."""
+    cdef int k
+    if cnp.PyArray_DATA(a) != cnp.PyArray_DATA(b) or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(b):
+        return False
+    for k in range(cnp.PyArray_NDIM(a)):
+        if cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(b, k):
+            return False
+        if cnp.PyArray_DIM(a, k) > 1 and cnp.PyArray_STRIDE(a, k) != cnp.PyArray_STRIDE(b, k):
+            return False  # (an axis of one element is not stepped along)
+    return True
+
+
+cdef bint _shares(cnp.ndarray a, cnp.ndarray b) except -1:
+    """Whether two arrays share memory (when too hard to tell: as if they did)."""
+    cdef char* start_a
+    cdef char* stop_a
+    cdef char* start_b
+    cdef char* stop_b
+    if cnp.PyArray_SIZE(a) == 0 or cnp.PyArray_SIZE(b) == 0:
+        return False
+    _span(a, &start_a, &stop_a)
+    _span(b, &start_b, &stop_b)
+    if not (start_a < stop_b and start_b < stop_a):
+        return False  # (the byte ranges they span do not meet)
+    try:
+        return bool(np.shares_memory(a, b, max_work=1 << 20))
+    except np.exceptions.TooHardError:
+        return True
+
+
+cdef void _span(cnp.ndarray a, char** start, char** stop) noexcept:
+    # The first byte of a non-empty array and one past its last.
+    cdef char* low = <char*>cnp.PyArray_DATA(a)
+    cdef char* high = low + cnp.PyArray_ITEMSIZE(a)
+    cdef int k
+    cdef Py_ssize_t reach
+    for k in range(cnp.PyArray_NDIM(a)):
+        reach = (cnp.PyArray_DIM(a, k) - 1) * cnp.PyArray_STRIDE(a, k)
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    start[0], stop[0] = low, high
+
+
 cpdef object written(out):
     """``out`` once cpe has written into it: torch tensors get their version counter
     bumped, as by an in-place torch operation, so that autograd refuses values it
@@ -580,11 +694,12 @@ cpdef object written(out):
     torch = sys.modules.get("torch")
     if torch is None:
         return out
-    bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
-                   "increment_version", None)
     for array in (out if type(out) is tuple else (out,)):
-        if bump is not None and isinstance(array, torch.Tensor):
-            bump(array)
+        if type(array) is not np.ndarray and isinstance(array, torch.Tensor):
+            bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
+                           "increment_version", None)
+            if bump is not None:
+                bump(array)
     return out
 
 

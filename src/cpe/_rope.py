@@ -13,7 +13,6 @@ import numpy.typing as npt
 from cpe._apply import (
     Plan,
     points_of,
-    read_arrays,
     read_positions,
     request_length,
     rotate,
@@ -26,6 +25,7 @@ from cpe._args import (
     as_integer,
     as_positions,
     as_positive,
+    as_row_arrays,
     as_sequence,
     table_start,
     written,
@@ -444,7 +444,7 @@ class Rope:
         workers: SupportsIndex | None = None,
     ) -> Any:
         """``x`` rotated by the angles of its positions: as :func:`apply_rope`."""
-        arrays, outs = read_arrays(x, out)
+        arrays, outs = as_row_arrays(x, out, True)
         if arrays[0].shape[-1] != self.head_dim:
             raise ValueError(
                 f"x's rows (its last axis) must have head_dim = {self.head_dim} values, "
@@ -500,7 +500,9 @@ class Rope:
                 )
             plan = Plan(points, 0.0, n, rows, self._applied)
         else:
-            used = self._scheme(lambda: request_length(given, first, leading[0], axis))
+            used = self._used
+            if used is None or self._again is not None:
+                used = self._scheme(lambda: request_length(given, first, leading[0], axis))
             for array in arrays:
                 _check_amplitude(used.attention_factor, array.dtype)
             table: npt.NDArray[Any] | None = None  # (positions from start)
@@ -639,7 +641,7 @@ def apply_rope(
     >>> bool(np.array_equal(cpe.apply_rope(k, start=7, inverse=True).round(6), np.ones_like(k)))
     True
     """
-    arrays, outs = read_arrays(x, out)
+    arrays, outs = as_row_arrays(x, out, True)
     rope = Rope._parsed(
         "apply_rope",
         arrays[0].shape[-1],
