@@ -275,3 +275,41 @@ def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
     for n in (4, np.arange(4)):
         with pytest.raises(ValueError, match=rf"^{named} and head_dim=64 give frequencies"):
             cpe.rope_cos_sin(n, 64, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        (
+            {"rope_parameters": {"rope_type": "dynamic", "factor": 1e300},
+             "max_position_embeddings": 64},
+            r"^rope_parameters\['factor'\]=1e\+300 gives rope_type 'dynamic' the base ",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": 1e-300}},
+            r"^rope_parameters\['factor'\] gives frequencies up to 1e\+300: ",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "factor": 1e-300, "low_freq_factor": 1,
+                                 "high_freq_factor": 4, "original_max_position_embeddings": 64}},
+            r"^rope_parameters\['factor'\] gives frequencies up to ",
+        ),
+        ({"inv_freq": np.full(32, 1e300)}, r"^inv_freq gives frequencies up to 1e\+300: "),
+    ],
+    ids=["dynamic, huge factor", "linear, tiny factor", "llama3, tiny factor", "inv_freq"],
+)
+def test_a_scheme_that_cannot_encode_names_its_key(kwargs, named):
+    # A dynamic factor of 1e300 named a "dynamic base" (of 0.0 or inf), a tiny
+    # factor "start and n" or "positions": the config is to blame, whatever the
+    # positions, the call form or the length of the request.
+    x = np.ones((4, 64))
+    calls = [
+        lambda: cpe.rope_cos_sin(4, 64, **kwargs),
+        lambda: cpe.rope_cos_sin(np.arange(200.0), 64, **kwargs),
+        lambda: cpe.apply_rope(x, **kwargs),
+        lambda: cpe.apply_rope(x, np.arange(4), **kwargs),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=named):
+            call()
+    np.testing.assert_array_equal(x, 1.0)

@@ -886,7 +886,7 @@ def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
         )
     if not np.all(np.isfinite(w)):
         raise ValueError("inv_freq must be finite")
-    return Scheme(lambda: np.stack([w, np.zeros_like(w)]), base, 1.0, head_dim)
+    return Scheme(lambda: np.stack([w, np.zeros_like(w)]), base, 1.0, head_dim, made_by="inv_freq")
 
 
 def _length(count: int | None, positions: npt.NDArray[Any] | None, first: int) -> float | None:

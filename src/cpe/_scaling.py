@@ -82,6 +82,9 @@ class Scheme:
     # The bytes of what the frequencies are made from, under which (after b"w")
     # they are kept in _SCHEMES; None: made on every call.
     key: bytes | None = None
+    # What scales the paper's frequencies (whose largest is 1) in make(), for the
+    # errors of frequencies that no position but 0 could be encoded with.
+    made_by: str = "rope_parameters"
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
         """(2, width // 2) double-doubles, hi and lo rows (read-only); None for the
@@ -94,7 +97,14 @@ class Scheme:
         with np.errstate(all="ignore"):  # a frequency beyond the range is refused below
             frequencies = np.array(self.make())
         if not np.all(np.isfinite(frequencies)):
-            raise ValueError("rope_parameters give frequencies beyond the range of a double")
+            raise ValueError(f"{self.made_by} gives frequencies beyond the range of a double")
+        largest = float(np.max(np.abs(frequencies[0]), initial=0.0))
+        if largest > 2.0**53:
+            raise ValueError(
+                f"{self.made_by} gives frequencies up to {largest:.3g}: position * frequency "
+                "must be at most 2**53 in magnitude (the range in which cpe's accuracy bound "
+                "holds), so no position but 0 could be encoded"
+            )
         frequencies.flags.writeable = False
         if self.key is not None:
             _SCHEMES.keep(b"w" + self.key, frequencies, frequencies.nbytes)
@@ -420,9 +430,14 @@ def _frequencies(
         blend, attention_factor = _longrope(read, dim, mpe, length)
     else:
         blend = _llama3(read, mpe)
+    made_by = "rope_parameters' long_factor or short_factor" if rope_type == "longrope" else (
+        read.name("factor") if read.has("factor") else
+        "max_position_embeddings / rope_parameters['original_max_position_embeddings']"
+    )  # fmt: skip
     return Scheme(
-        lambda: blend(_paper(dim, theta, base_name)), theta, attention_factor, dim, base_name
-    )
+        lambda: blend(_paper(dim, theta, base_name)), theta, attention_factor, dim, base_name,
+        made_by=made_by,
+    )  # fmt: skip
 
 
 def _paper(dim: int, theta: float, base_name: str = "base") -> DD:
@@ -465,10 +480,11 @@ def _dynamic(
         new_base = theta * ((factor * length / mpe) - (factor - 1)) ** (dim / (dim - 2))
     except OverflowError:
         new_base = math.inf
-    if not math.isfinite(new_base):  # (the power's base is >= 1: new_base > 0)
+    # (The power's base is >= 1, but float64 may cancel it to 0 for a huge factor.)
+    if not (math.isfinite(new_base) and new_base > 0):
         raise ValueError(
-            f"rope_parameters of rope_type 'dynamic' give the base {new_base!r} "
-            f"at seq_len {length!r}"
+            f"{read.name('factor')}={factor!r} gives rope_type 'dynamic' the base {new_base!r} "
+            f"at seq_len {length!r}, not a finite number > 0"
         )
     return lambda: _paper(dim, new_base, "rope_parameters' dynamic base")
 
