@@ -417,6 +417,29 @@ def test_torch_tensors_that_cannot_be_written_are_refused_untouched(torch):
         assert bool((tensor.detach() == 7.0).all()), name
 
 
+def test_a_tensor_whose_dlpack_export_is_other_memory_is_refused_untouched(torch):
+    # A tensor subclass that exports another tensor's memory: cpe would fill (or
+    # read) memory other than the tensor's. Its data_ptr() says where it starts.
+    elsewhere = torch.full((4, 8), 5.0, dtype=torch.float64)
+
+    class Elsewhere(torch.Tensor):
+        def __dlpack__(self, *args, **kwargs):
+            return elsewhere.__dlpack__(*args, **kwargs)
+
+    tensor = torch.full((4, 8), 7.0, dtype=torch.float64).as_subclass(Elsewhere)
+    calls = [
+        lambda: cpe.positional_encoding_table(4, 8, out=tensor),
+        lambda: cpe.apply_rope(tensor, out=tensor),
+        lambda: cpe.apply_rope(tensor),
+        lambda: cpe.add_positional_encoding(np.ones((4, 8)), out=tensor),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="DLPack export is not its own memory"):
+            call()
+    assert bool((tensor == 7.0).all())
+    assert bool((elsewhere == 5.0).all())
+
+
 def test_unversioned_dlpack_exports_are_refused_untouched(torch):
     # NumPy shares an unversioned (pre-1.0) DLPack export read-only, as it cannot
     # say whether the memory may be written (older torch exports only those).

@@ -488,6 +488,11 @@ cdef object _shared_array(out, str name, bint write=True):
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
                         f"DLPack, got {type(out).__name__} ({exc})") from None
+    pointer = getattr(out, "data_ptr", None)
+    if (callable(pointer) and cnp.PyArray_SIZE(<cnp.ndarray>shared) != 0
+            and pointer() != <size_t>cnp.PyArray_DATA(<cnp.ndarray>shared)):
+        raise TypeError(f"{name}'s DLPack export is not its own memory (its data_ptr() is not "
+                        "where the exported array starts): cpe would read or write elsewhere")
     if not shared.flags.writeable and write:
         if _DLPACK_READ_ONLY:
             raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
