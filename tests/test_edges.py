@@ -281,8 +281,10 @@ def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
     ("kwargs", "named"),
     [
         (
-            {"rope_parameters": {"rope_type": "dynamic", "factor": 1e300},
-             "max_position_embeddings": 64},
+            {
+                "rope_parameters": {"rope_type": "dynamic", "factor": 1e300},
+                "max_position_embeddings": 64,
+            },
             r"^rope_parameters\['factor'\]=1e\+300 gives rope_type 'dynamic' the base ",
         ),
         (
@@ -290,8 +292,15 @@ def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
             r"^rope_parameters\['factor'\] gives frequencies up to 1e\+300: ",
         ),
         (
-            {"rope_parameters": {"rope_type": "llama3", "factor": 1e-300, "low_freq_factor": 1,
-                                 "high_freq_factor": 4, "original_max_position_embeddings": 64}},
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "factor": 1e-300,
+                    "low_freq_factor": 1,
+                    "high_freq_factor": 4,
+                    "original_max_position_embeddings": 64,
+                }
+            },
             r"^rope_parameters\['factor'\] gives frequencies up to ",
         ),
         ({"inv_freq": np.full(32, 1e300)}, r"^inv_freq gives frequencies up to 1e\+300: "),
