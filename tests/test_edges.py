@@ -226,6 +226,79 @@ def test_a_nested_sequence_is_read_once():
         cpe.positional_encoding([Turncoat(), [3]], 8)
 
 
+class DuckTurncoat:
+    """Turncoat without collections.abc.Sequence: only __len__ and __getitem__,
+    which is all NumPy asks of a sequence."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if index != 0:
+            raise IndexError(index)
+        self.reads += 1
+        return True if self.reads == 1 else 0
+
+
+class Items:
+    """A duck-typed sequence of the given items."""
+
+    def __init__(self, *items: Any) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.items[index]
+
+
+@pytest.mark.parametrize(
+    ("positions", "error", "match"),
+    [
+        ([DuckTurncoat(), [3]], TypeError, "got a bool in the sequence"),
+        (Items(True, 2.5), TypeError, "got a bool in the sequence"),
+        ([Items(True, 2.5)], TypeError, "got a bool in the sequence"),
+        (Items(2**60, 1.5), ValueError, "integers of magnitude <= 2\\*\\*53"),
+        ([(Items(2**60, 1.5), (1.0, 2.0))], ValueError, "integers of magnitude <= 2\\*\\*53"),
+    ],
+    ids=["read once", "bool", "nested bool", "beyond 2**53", "nested beyond 2**53"],
+)
+def test_a_duck_typed_sequence_is_read_once_and_checked(positions, error, match):
+    # NumPy reads any object with __len__ and __getitem__ as a sequence: those that
+    # are not collections.abc.Sequences were converted unchecked (True as 1,
+    # 2**60 rounded), and read twice.
+    with pytest.raises(error, match=match):
+        cpe.positional_encoding(positions, 8)
+
+
+def test_a_duck_typed_sequence_is_read_by_its_len():
+    # Read by index up to its len(): one whose __getitem__ never ends is not
+    # read forever; one whose len() fails is refused by name.
+    class Endless:
+        def __len__(self) -> int:
+            return 2
+
+        def __getitem__(self, index: Any) -> float:
+            return 1.5
+
+    class Broken:
+        def __len__(self) -> int:
+            raise RuntimeError("no length")
+
+        def __getitem__(self, index: Any) -> float:
+            return 1.5
+
+    want = cpe.positional_encoding([[1.5, 1.5]], 8)
+    np.testing.assert_array_equal(cpe.positional_encoding([Endless()], 8), want)
+    np.testing.assert_array_equal(cpe.positional_encoding(Items(1.5, 1.5), 8), want[0])
+    with pytest.raises(TypeError, match=r"^position: a sequence of positions \(Broken\)"):
+        cpe.positional_encoding(Broken(), 8)
+
+
 class Knob:
     """A real number whose value can be turned."""
 

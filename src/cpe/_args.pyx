@@ -11,7 +11,7 @@ allocates an output or computes a value.
 import numbers
 import operator
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.sequence cimport PySequence_Check
 from libc.math cimport fabs, isfinite
 
 cnp.import_array()
@@ -279,26 +280,46 @@ cdef int _check_sequence(sequence, int depth, bint to_float, str name) except -1
                 f"{name} must be real numbers: a list or tuple of positions may hold "
                 f"numbers, sequences and NumPy arrays, got {kind.__name__} (convert it "
                 "with numpy.asarray first)")
-        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+        elif _sequence(item):
             _check_sequence(item, depth + 1, to_float, name)  # range, deque, ...
         # Anything else (None, str, complex) makes an array that the dtype check refuses.
     return 0
 
 
-cdef list _read_once(sequence, int depth):
+cdef list _read_once(sequence, int depth, str name):
     """A list of the items of ``sequence``, its nested sequences (lists, tuples
-    and other sequences NumPy reads as such) as lists too: each read once, so
-    that NumPy converts and _check_sequence checks the same items, whatever a
-    sequence yields the next time it is read."""
-    items = list(sequence)
+    and other sequences NumPy reads as such, see _sequence) as lists too: each
+    read once, so that NumPy converts and _check_sequence checks the same items,
+    whatever a sequence yields the next time it is read. Other sequences are
+    read by index, as many items as their len() says."""
+    cdef Py_ssize_t i, length
+    if isinstance(sequence, (list, tuple)):
+        items = list(sequence)
+    else:
+        try:
+            length = len(sequence)
+            items = [sequence[i] for i in range(length)]
+        except MemoryError:
+            raise
+        except Exception as exc:
+            raise TypeError(f"{name}: a sequence of positions ({type(sequence).__name__}) "
+                            f"could not be read ({exc!r})") from None
     if depth > _MAX_NDIM:  # deeper than any array NumPy makes: asarray says why
         return items
     for k, item in enumerate(items):
-        if isinstance(item, (list, tuple)) or (
-                isinstance(item, Sequence) and not isinstance(item, (str, bytes))
-                and not _array_like(item)):
-            items[k] = _read_once(item, depth + 1)
+        if isinstance(item, (list, tuple)) or _sequence(item):
+            items[k] = _read_once(item, depth + 1, name)
     return items
+
+
+cdef bint _sequence(item) except -1:
+    """Whether NumPy reads ``item`` as a sequence of items: a sequence (of Python's
+    protocol: a __getitem__ and a __len__, whether or not registered as a
+    collections.abc.Sequence) that is neither a str nor bytes nor an array of its
+    own (see _array_like)."""
+    if isinstance(item, (str, bytes, np.generic, Mapping)) or not PySequence_Check(item):
+        return False
+    return hasattr(item, "__len__") and not _array_like(item)
 
 
 cdef bint _array_like(item):
@@ -349,8 +370,10 @@ cpdef object as_positions(position, str name):
     if getattr(position, "requires_grad", False) is True and hasattr(position, "detach"):
         position = position.detach()
     _reject_masked(position, name)
-    if isinstance(position, (list, tuple)):
-        position = _read_once(position, 1)
+    cdef bint sequence = isinstance(position, (list, tuple)) or (
+        not isinstance(position, np.ndarray) and _sequence(position))
+    if sequence:
+        position = _read_once(position, 1, name)
     try:
         arr = np.asarray(position)
     except Exception as exc:  # ragged nested sequences and the like
@@ -363,7 +386,7 @@ cpdef object as_positions(position, str name):
     kind = arr.dtype.kind
     if kind == "V" and arr.dtype.name == "bfloat16":  # ml_dtypes' (JAX's): the same
         arr, kind = arr.astype(np.float32), "f"
-    if isinstance(position, (list, tuple)):
+    if sequence:
         _check_sequence(position, 1, kind == "f", name)
     if kind == "b":
         raise TypeError(f"{name} must be a real number or an array of them, got bool")
