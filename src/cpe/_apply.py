@@ -175,14 +175,17 @@ def points_of(
 
 
 def request_length(
-    given: Any, first: int, leading: tuple[int, ...], axis: int | None
+    positions: npt.NDArray[Any] | None, first: int, count: int | None
 ) -> float | None:
-    """The request's sequence length, as transformers' dynamic update takes it: the
-    largest position + 1 (None: none, or positions refused later)."""
-    if given is None:
-        return float(first + (leading[_seq_axis(axis, len(leading), 0, 1)] if leading else 1))
-    largest = float(given.max()) if given.size else math.nan
-    return largest + 1.0 if math.isfinite(largest) else None
+    """The request's sequence length, as transformers' dynamic update takes it:
+    the largest position + 1, that of ``count`` positions from ``first`` without
+    ``positions`` (None: no position, or positions refused later, with their
+    errors)."""
+    if positions is None:
+        assert count is not None
+        return float(first + count)
+    largest = float(positions.max()) if positions.size else math.nan
+    return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
 
 
 def rotate(

@@ -410,7 +410,9 @@ class Rope:
             first = table_start(start, count)
         else:
             _check_no_offset(start)
-        used = self._scheme(lambda: _length(count, positions, first))
+            if self._again is not None:  # (a private copy: the length and the angles agree)
+                positions = np.array(positions)
+        used = self._scheme(lambda: request_length(positions, first, count))
         _check_amplitude(used.attention_factor, output_dtype)
         if positions is not None and used.sections is not None:
             return _multimodal(positions, used, output_dtype, self._interleaved, out, threads)
@@ -500,22 +502,29 @@ class Rope:
                 )
             plan = Plan(points, 0.0, n, rows, self._applied)
         else:
+            count = None
+            if given is None:
+                count, rows = sequence_of(first, leading, axis)
+            elif self._again is not None:  # (a private copy: the length and the angles agree)
+                given = np.array(given)
             used = self._used
             if used is None or self._again is not None:
-                used = self._scheme(lambda: request_length(given, first, leading[0], axis))
+                used = self._scheme(lambda: request_length(given, first, count))
             for array in arrays:
                 _check_amplitude(used.attention_factor, array.dtype)
             table: npt.NDArray[Any] | None = None  # (positions from start)
             if used.sections is None:
                 if given is None:
-                    n, rows = sequence_of(first, leading, axis)
+                    assert count is not None
+                    n = count
                 else:
                     table, n, rows = points_of(given, leading, axis, 0, 0)
                 start_at = float(first)
             else:
                 start_at = 0.0
                 if given is None:  # the same position on every axis
-                    n, rows = sequence_of(first, leading, axis)
+                    assert count is not None
+                    n = count
                     sequence = np.arange(first, first + n, dtype=np.float64)
                     table = np.broadcast_to(sequence, (3, n))
                 elif given.ndim == 0 or given.shape[0] != 3:
@@ -849,7 +858,7 @@ def scheme_of(
     length: Any,
 ) -> Scheme:
     """The encoding that RoPE's keywords give (``function`` names the caller in
-    the errors; ``length()`` is the request's sequence length, see _length)."""
+    the errors; ``length()`` is the request's sequence length, see _apply.request_length)."""
     if inv_freq is None:
         return scheme(width, base, rope_parameters, max_position_embeddings, seq_len, length)
     if rope_parameters is not None:
@@ -887,17 +896,6 @@ def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
     if not np.all(np.isfinite(w)):
         raise ValueError("inv_freq must be finite")
     return Scheme(lambda: np.stack([w, np.zeros_like(w)]), base, 1.0, head_dim, made_by="inv_freq")
-
-
-def _length(count: int | None, positions: npt.NDArray[Any] | None, first: int) -> float | None:
-    """The request's sequence length, as transformers' dynamic update takes it: the
-    largest position + 1 (None when there is none, or when the positions are
-    refused later, with their errors)."""
-    if positions is None:
-        assert count is not None
-        return float(first + count)
-    largest = float(positions.max()) if positions.size else math.nan
-    return largest + 1.0 if math.isfinite(largest) else None  # (a NaN: refused later)
 
 
 def _check_amplitude(attention_factor: float, dtype: np.dtype[Any]) -> None:
