@@ -22,6 +22,7 @@ maker ever asks for more than a few kilobytes.
 from __future__ import annotations
 
 import array
+import copy
 import math
 import operator
 import random
@@ -199,6 +200,62 @@ def _nested(c: Chooser, rows: int, columns: int) -> list[list[float]]:
     return [[c.uniform(-1e4, 1e4) for _ in range(columns)] for _ in range(rows)]
 
 
+class Fickle:
+    """A duck-typed sequence (a __len__ and a __getitem__: all NumPy asks of one)
+    whose items are ``first`` when first read and ``later`` after (a bool, an
+    integer beyond 2**53, NaN): a call that reads its positions twice (to convert
+    them, then to check them) gets caught. Its copies (the contract's snapshot
+    of the arguments, which the oracle reads) start unread."""
+
+    def __init__(self, first: list[float], later: list[Any]) -> None:
+        self.first, self.later = first, later
+        self.read = [False] * len(first)
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __getitem__(self, index: int) -> Any:
+        if not isinstance(index, int) or not 0 <= index < len(self.first):
+            raise IndexError(index)
+        again = self.read[index]
+        self.read[index] = True
+        return self.later[index] if again else self.first[index]
+
+    def __repr__(self) -> str:
+        return f"Fickle({self.first!r}, later={self.later!r})"
+
+    def __eq__(self, other: object) -> bool:  # (what it holds, not what was read)
+        return isinstance(other, Fickle) and (self.first, self.later) == (other.first, other.later)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Fickle:
+        return Fickle(list(self.first), list(self.later))  # (unread)
+
+
+def fresh(value: Any) -> Any:
+    """A list as new: a copy whose Fickles are unread (other values as they are)."""
+    if not isinstance(value, list):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except TypeError:  # (it holds what cannot be copied: a memoryview, say)
+        return value
+
+
+def _fickle_rows(c: Chooser) -> list[Fickle]:
+    """Rows of positions, each a Fickle (inside a list, so that the snapshot the
+    oracle reads is a copy of them, unread)."""
+    columns = c.integer(1, 3)
+    return [
+        Fickle(
+            [c.uniform(-1e4, 1e4) for _ in range(columns)],
+            [pick(c, (True, 2**60, math.nan, -(2**62))) for _ in range(columns)],
+        )
+        for _ in range(c.integer(1, 3))
+    ]
+
+
 def valid_positions(c: Chooser) -> Any:
     return one_of(
         c,
@@ -209,6 +266,7 @@ def valid_positions(c: Chooser) -> Any:
         lambda c: [c.integer(-1000, 1000) for _ in range(c.integer(0, 5))],
         lambda c: _nested(c, c.integer(1, 3), c.integer(0, 3)),
         lambda c: array.array("d", [c.uniform(-1e4, 1e4) for _ in range(c.integer(0, 4))]),
+        _fickle_rows,
     )
 
 
@@ -490,6 +548,8 @@ def hostile_workers(c: Chooser) -> Any:
 
 def _not_a_count(position: Any) -> Any:
     """rope_cos_sin reads an integer scalar as a row count: make scalars floats."""
+    if isinstance(position, list):  # (not a scalar, and never read here: see Fickle)
+        return position
     try:
         scalar = np.ndim(position) == 0
     except ValueError:  # a ragged sequence: not a scalar, and not a count
@@ -692,6 +752,8 @@ def _real(value: Any) -> float:
 
 def _rope_positions(n: Any) -> Any:
     """How cpe.rope_cos_sin reads n: an int (a count) or float64 positions."""
+    if isinstance(n, list):  # (read once: see Fickle)
+        return _as_float64(n)
     if np.ndim(n) == 0 and not isinstance(n, (bool, np.bool_)):
         try:
             return operator.index(n)
@@ -734,12 +796,68 @@ BAD_ROPE_PARAMETERS = (
 )
 
 
+# Attention factors that overflow float16 (or float32 and bfloat16): refused for
+# those dtypes by name, their values in float64 (and float32) times the factor.
+HUGE_ATTENTION = (
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+     "attention_factor": 1e5},
+    {"rope_type": "linear", "factor": 2.0, "attention_factor": 1e300},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1e200,
+     "mscale_all_dim": 0.0},
+)  # fmt: skip
+
+
+class LyingMapping(Mapping[Any, Any]):
+    """rope_parameters whose items (and keys, and length) say one config and whose
+    lookups (``[]``, ``get``) another: cpe reads a mapping once, through its
+    items(), and must make the tables of what it read (and keep none of the
+    other in its caches for later callers: every later honest call is checked
+    too)."""
+
+    def __init__(self, said: dict[Any, Any], looked_up: Any) -> None:
+        self.said, self.looked_up = said, looked_up
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.looked_up[key]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.looked_up.get(key, default)
+
+    def __iter__(self) -> Any:
+        return iter(self.said)
+
+    def __len__(self) -> int:
+        return len(self.said)
+
+    def items(self) -> Any:
+        return self.said.items()
+
+    def __repr__(self) -> str:
+        return f"LyingMapping({self.said!r}, looked_up={self.looked_up!r})"
+
+
+def _lying_rope_parameters(c: Chooser) -> LyingMapping:
+    said = pick(c, [p for p in GOOD_ROPE_PARAMETERS if p is not None])
+    others = [p for p in (*GOOD_ROPE_PARAMETERS, *BAD_ROPE_PARAMETERS) if isinstance(p, dict)]
+    return LyingMapping(dict(said), dict(pick(c, others)))
+
+
+def _read_once(parameters: Any) -> Any:
+    """rope_parameters as cpe reads them (a mapping: through its items())."""
+    return dict(parameters.items()) if isinstance(parameters, LyingMapping) else parameters
+
+
 def valid_rope_parameters(c: Chooser) -> Any:
-    return pick(c, GOOD_ROPE_PARAMETERS)
+    return one_of(c, lambda c: pick(c, GOOD_ROPE_PARAMETERS), _lying_rope_parameters)
 
 
 def hostile_rope_parameters(c: Chooser) -> Any:
-    return one_of(c, valid_rope_parameters, lambda c: pick(c, BAD_ROPE_PARAMETERS))
+    return one_of(
+        c,
+        valid_rope_parameters,
+        lambda c: pick(c, BAD_ROPE_PARAMETERS),
+        lambda c: pick(c, HUGE_ATTENTION),
+    )
 
 
 def valid_optional_length(c: Chooser) -> Any:
@@ -850,7 +968,7 @@ PARAMETERS: dict[str, Parameter] = {
         valid_head_dim, _hostile_width(valid_head_dim), ("head_dim", "output"), operator.index
     ),
     "rope_parameters": Parameter(
-        valid_rope_parameters, hostile_rope_parameters, ("rope_parameters",), _identity
+        valid_rope_parameters, hostile_rope_parameters, ("rope_parameters",), _read_once
     ),
     "max_position_embeddings": Parameter(
         valid_optional_length, _hostile_optional_length, ("max_position_embeddings",), _identity
@@ -1046,7 +1164,7 @@ def _constrain_rope(args: dict[str, Any], mode: str, hostile: str | None) -> Non
     base other than 1."""
     if mode == "arbitrary":
         return
-    parameters = args.get("rope_parameters")
+    parameters = _read_once(args.get("rope_parameters"))
     if (
         hostile not in ("base", "rope_parameters")
         and isinstance(parameters, dict)
@@ -1056,8 +1174,9 @@ def _constrain_rope(args: dict[str, Any], mode: str, hostile: str | None) -> Non
         args["base"] = 10000.0
     if hostile == "start" or "start" not in args:
         return
-    try:
-        count = np.ndim(args.get("n")) == 0 and _size(args.get("n")) is not None
+    n = args.get("n")
+    try:  # (a list is never read here: its items may change when read, see Fickle)
+        count = not isinstance(n, list) and np.ndim(n) == 0 and _size(n) is not None
     except ValueError:  # ragged positions
         count = False
     if not count:
@@ -1125,9 +1244,11 @@ class CallSpec:
         return OVERRIDES.get(self.name, {}).get(name) or PARAMETERS[name]
 
     def call(self, args: Mapping[str, Any], out: Any = NO_OUT) -> Any:
-        """Call cpe; an argument missing from ``args`` is left at its default."""
-        positional = [args[name] for name in self.positional]
-        keywords = {name: args[name] for name in (*self.keywords, "dtype") if name in args}
+        """Call cpe; an argument missing from ``args`` is left at its default. Each
+        call gets lists anew (their Fickles unread), so that the same arguments
+        serve many calls."""
+        positional = [fresh(args[name]) for name in self.positional]
+        keywords = {name: fresh(args[name]) for name in (*self.keywords, "dtype") if name in args}
         if out is not NO_OUT:
             keywords["out"] = out
         return self.function(*positional, **keywords)
@@ -1145,7 +1266,7 @@ class CallSpec:
         for name, value in args.items():
             convert = self.parameter(name).to_oracle
             if convert is not None:
-                converted[name] = convert(value)
+                converted[name] = convert(fresh(value))
         return converted
 
     def expected(self, oracle_args: Mapping[str, Any]) -> tuple[np.ndarray, ...]:

@@ -275,6 +275,15 @@ def test_a_duck_typed_sequence_is_read_once_and_checked(positions, error, match)
         cpe.positional_encoding(positions, 8)
 
 
+def test_rope_reads_a_list_of_positions_once():
+    # rope_cos_sin asked NumPy for the list's dimensions (to tell a count from
+    # positions), which read its sequences, then read them again as positions.
+    with pytest.raises(TypeError, match="got a bool in the sequence"):
+        cpe.rope_cos_sin([DuckTurncoat(), [3]], 8)
+    with pytest.raises(TypeError, match="got a bool in the sequence"):
+        cpe.rope_cos_sin([Turncoat(), [3]], 8)
+
+
 def test_a_duck_typed_sequence_is_read_by_its_len():
     # Read by index up to its len(): one whose __getitem__ never ends is not
     # read forever; one whose len() fails is refused by name.

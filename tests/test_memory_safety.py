@@ -259,6 +259,42 @@ finally:
     )
 
 
+def test_an_integer_beyond_2_53_written_during_a_call_is_never_encoded():
+    # int64 positions beyond 2**53 were checked in the caller's array after the
+    # float64 copy was made: a writer racing the call could put 2**60 in the copy
+    # and 3 back before the check, and 2**60 (a value the check never saw) was
+    # encoded. Now every call encodes only positions it checked: all 3s, or a
+    # refusal. (A tiny scale keeps 2**60's angles within 2**53.)
+    import threading
+
+    positions = np.full(4096, 3, dtype=np.int64)
+    three = cpe.positional_encoding(3, 8, scale=1e-10)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            positions[100] = 2**60
+            positions[100] = 3
+
+    thread = threading.Thread(target=flip)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread.start()
+    try:
+        for _ in range(400):
+            try:
+                table = cpe.positional_encoding(positions, 8, scale=1e-10)
+            except ValueError as exc:
+                message = str(exc)
+            else:
+                message = "" if (table == three).all() else "a position never checked, encoded"
+            assert message in ("", "position must be integers of magnitude <= 2**53")
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(previous)
+
+
 # ---- float16 RoPE tables: every argument converted once, nothing written on error ----
 
 

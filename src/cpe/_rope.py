@@ -938,10 +938,15 @@ def _count_or_positions(n: Any) -> tuple[int | None, npt.NDArray[Any] | None]:
         return as_count(n, "n", 0), None
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
-    try:
-        scalar = np.ndim(n) == 0
-    except ValueError:  # a ragged sequence: positions, which as_positions refuses
-        scalar = False
+    # A sequence (anything with a len()) holds positions, and is not read here:
+    # as_positions reads it once. An array's dimensions say whether it is a scalar.
+    if hasattr(n, "__array__") or hasattr(n, "__array_interface__"):
+        try:
+            scalar = np.ndim(n) == 0
+        except ValueError:  # (an array-like that fails: as_positions says why)
+            scalar = False
+    else:
+        scalar = not hasattr(n, "__len__")
     if scalar:
         try:
             index = operator.index(n)
