@@ -888,13 +888,14 @@ def _given(inv_freq: Any, head_dim: int, base: Any) -> Scheme:
         given = np.asarray(None)
     if given.dtype.kind not in "iuf":
         raise TypeError(f"inv_freq must be an array of real numbers, got {given.dtype} values")
-    w = given.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # (beyond float64: inf, refused below)
+        w = given.astype(np.float64)
     if w.shape != (head_dim // 2,):
         raise ValueError(
             f"inv_freq must have the shape (head_dim // 2,) = ({head_dim // 2},), got {w.shape}"
         )
     if not np.all(np.isfinite(w)):
-        raise ValueError("inv_freq must be finite")
+        raise ValueError("inv_freq must be finite numbers within the range of a float64")
     return Scheme(lambda: np.stack([w, np.zeros_like(w)]), base, 1.0, head_dim, made_by="inv_freq")
 
 
