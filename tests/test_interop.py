@@ -789,6 +789,28 @@ def test_a_tensor_that_requires_grad_is_read_but_not_written():
         cpe.apply_rope(x, out=x)
 
 
+def test_a_parameter_is_written_with_gradients_off_as_torch_writes_it():
+    # torch refuses an in-place write into a leaf that requires grad, except under
+    # torch.no_grad() (or inference mode): so does cpe. An nn.Parameter filled
+    # with a table there is a common way to initialize a positional embedding.
+    torch = require("torch")
+    weight = torch.nn.Parameter(torch.zeros(16, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="out must not require grad"):
+        cpe.positional_encoding_table(16, 8, out=weight)
+    assert bool((weight == 0).all())
+    version = weight._version
+    with torch.no_grad():
+        assert cpe.positional_encoding_table(16, 8, out=weight) is weight
+        assert cpe.apply_rope(weight, out=weight) is weight
+    assert weight.requires_grad
+    assert weight._version > version  # (as an in-place torch operation bumps it)
+    table = cpe.positional_encoding_table(16, 8)
+    np.testing.assert_array_equal(weight.detach().numpy(), cpe.apply_rope(table))
+    with torch.inference_mode():
+        cpe.positional_encoding_table(16, 8, out=weight)
+    np.testing.assert_array_equal(weight.detach().numpy(), table)
+
+
 def test_transformers_apply_rotary_pos_emb_with_cpe_tables():
     torch = require("torch")
     llama = require("transformers.models.llama.modeling_llama")

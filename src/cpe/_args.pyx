@@ -490,14 +490,18 @@ cpdef object adopt_out(out, tuple shape, dt, str name):
 cdef object _shared_array(out, str name, bint write=True):
     """An ``out=`` of another library (a CPU tensor, say) as a NumPy array of its
     memory, through DLPack or the buffer protocol, which never copy: the checks
-    then read that array. One that requires grad is refused: cpe writes into it
-    behind autograd. Not ``write``: an input, read (detached from autograd)."""
+    then read that array. One that requires grad is written only where torch
+    itself lets an in-place operation write it, with gradients off
+    (``torch.no_grad()``, inference mode): else cpe would write behind autograd.
+    Not ``write``: an input, read (detached from autograd)."""
     if not hasattr(out, "__dlpack__"):
         return _buffer_array(out, name)
     if getattr(out, "requires_grad", False) is True:
-        if write or not callable(getattr(out, "detach", None)):
+        if write and _grad_enabled():
             raise TypeError(f"{name} must not require grad: cpe would write into it behind "
-                            "autograd")
+                            "autograd (with gradients off, under torch.no_grad(), it may)")
+        if not callable(getattr(out, "detach", None)):
+            raise TypeError(f"{name} requires grad but cannot be detached from autograd")
         out = out.detach()
     for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
         if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
@@ -525,6 +529,14 @@ cdef object _shared_array(out, str name, bint write=True):
                         f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
                         "unversioned DLPack, as older torch exports, cannot say it may be)")
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
+
+
+cdef bint _grad_enabled() except -1:
+    """Whether torch records operations for autograd (True when torch is not
+    imported: then nothing says it does not)."""
+    torch = sys.modules.get("torch")
+    enabled = getattr(torch, "is_grad_enabled", None)
+    return not callable(enabled) or bool(enabled())
 
 
 # NumPy before 2.2 imports all DLPack memory read-only; later ones, memory
