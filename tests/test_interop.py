@@ -543,6 +543,23 @@ def test_transformers_qwen2_vl_multimodal_rotary_embedding(torch, theta):
     _same_frequencies(rotary, 128, config.rope_parameters)
 
 
+def test_transformers_qwen2_vl_text_ids_of_one_sequence(torch):
+    # transformers takes text ids of shape (batch, seq) and expands them to the
+    # three axes; cpe takes those of one sequence, (1, seq), as they are.
+    qwen2_vl = require("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+
+    params = {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1e6}
+    config = Qwen2VLTextConfig(hidden_size=512, num_attention_heads=4, rope_parameters=params)
+    rotary = qwen2_vl.Qwen2VLRotaryEmbedding(config)
+    ids = torch.arange(40, 77)[None]  # (1, seq)
+    theirs_cos, theirs_sin = rotary(torch.zeros(1, 37, 128), ids)
+    cos, sin = cpe.rope_cos_sin(ids.numpy(), 128, rope_parameters=config.rope_parameters)
+    assert cos.shape == tuple(theirs_cos.shape[1:]) == (37, 128)
+    np.testing.assert_allclose(cos, theirs_cos.numpy()[0], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(sin, theirs_sin.numpy()[0], rtol=0, atol=1e-4)
+
+
 def test_transformers_qwen3_vl_interleaved_multimodal_rotary_embedding(torch):
     qwen3_vl = require("transformers.models.qwen3_vl.modeling_qwen3_vl")
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig

@@ -371,3 +371,19 @@ def test_grid_shift_errors(freq_shift, exc, text):
         cpe.sincos_2d(3, 3, 8, freq_shift=freq_shift, out=out)
     assert text in str(info.value)
     assert np.all(out == 7.0)
+
+
+def test_a_leading_axis_of_one_is_the_same_positions_on_every_axis():
+    # transformers' text ids of one sequence, (1, seq): unambiguous, as (3, seq)
+    # stays three axes. The same position on every axis is the plain table.
+    params = {"rope_parameters": {"mrope_section": [4, 6, 6]}}
+    ids = np.arange(100, 120)[None]
+    three = cpe.rope_cos_sin(np.broadcast_to(ids, (3, 20)), 32, **params)
+    plain = cpe.rope_cos_sin(20, 32, start=100)
+    for got, want, table in zip(cpe.rope_cos_sin(ids, 32, **params), three, plain, strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, table)
+    x = np.random.default_rng(3).standard_normal((2, 4, 20, 32))
+    np.testing.assert_array_equal(
+        cpe.apply_rope(x, ids, **params), cpe.apply_rope(x, start=100, **params)
+    )

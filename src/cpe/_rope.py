@@ -169,7 +169,8 @@ def rope_cos_sin(
         whose tables have ``rotary_dim`` columns and are multiplied by the
         attention factor. With ``mrope_section`` (multimodal RoPE, Qwen2-VL and
         later), positions ``n`` have a leading axis of 3 (temporal, height,
-        width), always: frequency ``j`` takes the positions of its section's
+        width), or of 1 (the same on every axis: transformers' text ids of one
+        sequence, ``(1, seq)``): frequency ``j`` takes the positions of its section's
         axis (in three runs, or with ``mrope_interleaved`` as Qwen3-VL
         interleaves them; Qwen3-VL's configs say ``"mrope_interleaved": True``),
         and the tables have the shape ``n.shape[1:] + (rotary_dim,)``. Text ids
@@ -527,13 +528,8 @@ class Rope:
                     n = count
                     sequence = np.arange(first, first + n, dtype=np.float64)
                     table = np.broadcast_to(sequence, (3, n))
-                elif given.ndim == 0 or given.shape[0] != 3:
-                    raise ValueError(
-                        "positions must have a leading axis of 3 (temporal, height, width) with "
-                        f"rope_parameters['mrope_section'], got shape {given.shape}"
-                    )
                 else:
-                    table, n, rows = points_of(given, leading, axis, 1, 0)
+                    table, n, rows = points_of(_three_axes(given, "positions"), leading, axis, 1, 0)
             axes = self._applied if self._again is None else None
             if axes is None:
                 axes = _applied_axes(used)
@@ -603,7 +599,7 @@ def apply_rope(
     positions : array_like, optional
         The positions (integers or reals, as :func:`rope_cos_sin` takes them),
         broadcast against ``x.shape[:-1]`` by NumPy's rules (multimodal RoPE: a
-        leading axis of 3 more; axial RoPE: a last axis of ``len(axes_dim)``
+        leading axis of 3, or 1, more; axial RoPE: a last axis of ``len(axes_dim)``
         more). A 1-D array with ``seq_axis`` lies along that axis. None (the
         default): ``start + arange(x.shape[seq_axis])`` along ``seq_axis``.
     start : int, optional
@@ -765,11 +761,7 @@ def _multimodal(
     workers: int,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
-    if positions.ndim == 0 or positions.shape[0] != 3:
-        raise ValueError(
-            "n (the positions) must have a leading axis of 3 (temporal, height, width) "
-            f"with rope_parameters['mrope_section'], got shape {positions.shape}"
-        )
+    positions = _three_axes(positions, "n (the positions)")
     half = used.width // 2
     shape = (*positions.shape[1:], used.width)
     cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
@@ -796,6 +788,20 @@ def _multimodal(
         "n (the positions)",
     )
     return (cos, sin) if out is None else written(out)
+
+
+def _three_axes(positions: npt.NDArray[Any], name: str) -> npt.NDArray[Any]:
+    """Multimodal RoPE's positions, whose leading axis holds those of the three
+    axes (temporal, height, width); one of 1 (transformers' text ids of one
+    sequence, (1, seq)) is the same positions on every axis."""
+    if positions.ndim == 0 or positions.shape[0] not in (1, 3):
+        raise ValueError(
+            f"{name} must have a leading axis of 3 (temporal, height, width), or of 1 (the "
+            "same positions on every axis: text), with rope_parameters['mrope_section'], got "
+            f"shape {positions.shape}; text ids of shape (batch, seq) are "
+            "np.broadcast_to(ids, (3, *ids.shape))"
+        )
+    return np.broadcast_to(positions, (3, *positions.shape[1:]))
 
 
 def _axial(
