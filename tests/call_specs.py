@@ -751,14 +751,9 @@ def _real(value: Any) -> float:
 
 
 def _rope_positions(n: Any) -> Any:
-    """How cpe.rope_cos_sin reads n: an int (a count) or float64 positions."""
-    if isinstance(n, list):  # (read once: see Fickle)
-        return _as_float64(n)
-    if np.ndim(n) == 0 and not isinstance(n, (bool, np.bool_)):
-        try:
-            return operator.index(n)
-        except TypeError:
-            pass
+    """How cpe.rope_cos_sin reads n: a Python int (a count) or float64 positions."""
+    if isinstance(n, int) and not isinstance(n, bool):
+        return int(n)
     return _as_float64(n)
 
 

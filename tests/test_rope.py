@@ -40,14 +40,23 @@ def test_a_zero_start_beside_positions_is_accepted():
             np.testing.assert_array_equal(got, want)
 
 
-def test_integer_like_n_is_a_count_and_a_float_is_a_position():
-    # operator.index decides, as for range() and numpy.zeros().
-    for count in (5, np.int64(5), np.array(5)):
+def test_a_python_int_is_a_count_and_anything_else_positions():
+    # One meaning for a scalar across cpe: a NumPy integer (as indexing an array
+    # gives) or a 0-d array is a position, as positional_encoding reads it; a
+    # count is a Python int. (It was a count here: at decode time, the wrong rows.)
+    class Count(int):
+        pass
+
+    for count in (5, Count(5)):
         cos, sin = cpe.rope_cos_sin(count, 4)
         assert cos.shape == sin.shape == (5, 4)
-    cos, sin = cpe.rope_cos_sin(np.array(5.0), 4)
-    assert cos.shape == (4,)
-    np.testing.assert_allclose(cos[[0, 2]], np.cos(5.0), rtol=0, atol=1e-15)  # w_0 = 1
+    table = cpe.rope_cos_sin(6, 4)
+    for position in (np.int64(5), np.array(5), np.uint8(5), np.array(5.0), 5.0):
+        cos, sin = cpe.rope_cos_sin(position, 4)
+        assert cos.shape == sin.shape == (4,)
+        np.testing.assert_array_equal(cos, table[0][5])
+        np.testing.assert_array_equal(sin, table[1][5])
+        np.testing.assert_array_equal(cpe.positional_encoding(position, 4)[1::2], cos[:2])
 
 
 # Both tables of any size share one allocation; neither is a view of the other.

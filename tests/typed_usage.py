@@ -52,7 +52,7 @@ def every_call() -> list[npt.NDArray[Any]]:
     assert_type(cpe.rope_cos_sin(8, 16, dtype=np.float32), tuple[F32, F32])
     with cpe.set_workers(2):
         assert cpe.get_workers() == 2
-    cos, sin = cpe.rope_cos_sin(np.int64(8), width, start=np.int64(100), layout="interleaved")
+    cos, sin = cpe.rope_cos_sin(8, width, start=np.int64(100), layout="interleaved")
     scaled = cpe.rope_cos_sin(
         np.arange(6).reshape(2, 3),
         64,

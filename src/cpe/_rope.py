@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
 
@@ -48,7 +47,7 @@ ROPE_LAYOUTS = get_args(RopeLayout)
 
 @overload
 def rope_cos_sin(
-    n: SupportsIndex | npt.ArrayLike,
+    n: int | npt.ArrayLike,
     head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
@@ -68,7 +67,7 @@ def rope_cos_sin(
 
 @overload
 def rope_cos_sin(
-    n: SupportsIndex | npt.ArrayLike,
+    n: int | npt.ArrayLike,
     head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
@@ -88,7 +87,7 @@ def rope_cos_sin(
 
 @overload
 def rope_cos_sin(
-    n: SupportsIndex | npt.ArrayLike,
+    n: int | npt.ArrayLike,
     head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
@@ -107,7 +106,7 @@ def rope_cos_sin(
 
 
 def rope_cos_sin(
-    n: SupportsIndex | npt.ArrayLike,
+    n: int | npt.ArrayLike,
     head_dim: SupportsIndex,
     *,
     base: float = 10000.0,
@@ -139,10 +138,11 @@ def rope_cos_sin(
     Parameters
     ----------
     n : int or array_like of int or float
-        An integer: the rows are positions ``start ... start + n - 1``. Anything
-        ``operator.index`` accepts counts as an integer, 0-d integer arrays and
-        tensors included, as in ``range`` and ``numpy.zeros``. An array (or a
-        float): the positions themselves (position ids of any shape).
+        A Python ``int``: a count, the rows are positions ``start ... start +
+        n - 1``. Anything else holds the positions themselves (position ids of
+        any shape): an array, a tensor, a float, and a NumPy integer or 0-d
+        array too, which is one position (tables of shape ``(head_dim,)``), as
+        :func:`positional_encoding` reads it.
     head_dim : int
         Width of each table, a positive even number.
     base : float, optional
@@ -379,7 +379,7 @@ class Rope:
 
     def cos_sin(
         self,
-        n: SupportsIndex | npt.ArrayLike,
+        n: int | npt.ArrayLike,
         *,
         start: SupportsIndex = 0,
         dtype: DType = np.float64,
@@ -933,32 +933,17 @@ def _check_no_offset(start: Any) -> None:
     first = as_integer(start, "start")
     if first != 0:
         raise ValueError(
-            f"start must be 0 when n gives the positions (an array or a float; add "
-            f"the offset to them), got start={first}"
+            f"start must be 0 when n gives the positions (anything but a Python int, a "
+            f"count: add the offset to them), got start={first}"
         )
 
 
 def _count_or_positions(n: Any) -> tuple[int | None, npt.NDArray[Any] | None]:
-    """``n`` read once: ``(count, None)`` for an integer scalar (a count of rows,
-    checked), else ``(None, positions)`` (as_positions: not yet scanned)."""
-    if type(n) is int:  # the usual count, at once
+    """``n`` read once: ``(count, None)`` for a Python int (a count of rows,
+    checked), else ``(None, positions)`` (as_positions: not yet scanned). A NumPy
+    integer, a 0-d array or a tensor holds a position, as everywhere in cpe."""
+    if type(n) is int or (isinstance(n, int) and not isinstance(n, bool)):
         return as_count(n, "n", 0), None
     if isinstance(n, (bool, np.bool_)):
         raise TypeError("n must be an integer or an array of positions, got bool")
-    # A sequence (anything with a len()) holds positions, and is not read here:
-    # as_positions reads it once. An array's dimensions say whether it is a scalar.
-    if hasattr(n, "__array__") or hasattr(n, "__array_interface__"):
-        try:
-            scalar = np.ndim(n) == 0
-        except ValueError:  # (an array-like that fails: as_positions says why)
-            scalar = False
-    else:
-        scalar = not hasattr(n, "__len__")
-    if scalar:
-        try:
-            index = operator.index(n)
-        except TypeError:  # a real number: a position
-            index = None
-        if index is not None:
-            return as_count(index, "n", 0), None
     return None, as_positions(n, "n (the positions)")
