@@ -101,14 +101,25 @@ class Scheme:
         largest = float(np.max(np.abs(frequencies[0]), initial=0.0))
         if largest > 2.0**53:
             raise ValueError(
-                f"{self.made_by} gives frequencies up to {largest:.3g}: position * frequency "
-                "must be at most 2**53 in magnitude (the range in which cpe's accuracy bound "
-                "holds), so no position but 0 could be encoded"
+                f"{self._scaled_by()} gives frequencies up to {largest:.3g}, beyond 2**53: no "
+                "position but 0 could be encoded with them (cpe encodes angles up to 2**53, "
+                "where its accuracy bound holds)"
             )
         frequencies.flags.writeable = False
         if self.key is not None:
             _SCHEMES.keep(b"w" + self.key, frequencies, frequencies.nbytes)
         return frequencies
+
+    def _scaled_by(self) -> str:
+        """What makes the frequencies large: the base, when the paper's frequencies
+        of it (the largest, that of the last pair, for a base below 1) are
+        beyond 2**53 already; else what make() scales them by."""
+        try:
+            base = float(self.base)
+            paper = base ** (-(self.width - 2) / self.width) if base > 0 else math.inf
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            paper = math.inf
+        return f"{self.base_name}={self.base!r}" if paper > 2.0**53 else self.made_by
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
         """(2, width // 2) double-doubles, the paper's included."""
