@@ -1361,8 +1361,11 @@ SPECS: tuple[CallSpec, ...] = (
 SPEC_IDS = [spec.name for spec in SPECS]
 
 
-def output_dtype(args: Mapping[str, Any]) -> np.dtype:
-    return np.dtype(args.get("dtype", np.float64))  # dtype=None means float64
+def output_dtype(args: Mapping[str, Any], out: OutCase | None = None) -> np.dtype:
+    """The dtype of the result: dtype=, or without it (None) float64, or out's."""
+    if args.get("dtype") is None and out is not None:
+        return np.asarray(out.arrays()[0]).dtype
+    return np.dtype(args.get("dtype", np.float64))
 
 
 # ---- out= of every kind ----
@@ -1654,8 +1657,14 @@ def draw_call(
     kind = pick(c, [k for k in kinds if k not in spec.avoided_out_kinds])
     if kind == "none" or (guess is None and kind not in wrong):
         return args, None, hostile_name  # no right out= exists for an output that cannot be made
+    given = args.get("dtype") is not None
+    if not given and kind in RIGHT_OUT_KINDS and c.integer(0, 1):  # out= sets the dtype
+        dtype = np.dtype(pick(c, ("f8", "f4", "f2")))
     if spec.outputs > 1:
         return args, make_out_tuple(c, spec, args, kind, shape, dtype), hostile_name
+    if kind == "wrong_dtype" and not given:  # (any dtype of cpe's would set it)
+        out = _case(kind, *_owned(shape, pick(c, (">f8", ">f4", "i8", "c16", "u1"))))
+        return args, out, hostile_name
     if kind == "overlap":
         if guess is None or spec.overlappable not in args:
             out = make_out(c, "good", shape, dtype)

@@ -109,7 +109,7 @@ def check_result(spec: CallSpec, args: Mapping[str, Any], out: OutCase | None, r
     assert not largest > ANGLE_LIMIT * (1 + _LIMIT_SLACK), (
         f"accepted an angle of {largest:.6g}, beyond 2**53"
     )
-    dtype = output_dtype(args)
+    dtype = output_dtype(args, out)
     shape = tuple(spec.shape(oracle_args))
     arrays = spec.arrays(result)
     if out is not None:

@@ -139,7 +139,7 @@ def _failing_exporter():
 
 BAD_OUTS = [
     (lambda: [0.0] * 8, TypeError, "out must be a numpy.ndarray"),
-    (lambda: sentinel((2, 4), np.float32), TypeError, "out must have dtype float64"),
+    (lambda: sentinel((2, 4), np.int32), TypeError, "out must have dtype float64, float32"),
     (lambda: sentinel((2, 4)).astype(">f8"), TypeError, "out must have dtype"),
     (lambda: sentinel((2, 5)), ValueError, "out must have shape"),
     (lambda: sentinel((8,)), ValueError, "out must have shape"),
@@ -153,7 +153,7 @@ BAD_OUTS = [
     # Buffers: read-only (bytes, a read-only memoryview), or bytes of no float dtype.
     (lambda: memoryview(sentinel((2, 4))).toreadonly(), ValueError, "out must be writeable"),
     (lambda: bytes(64), TypeError, "out must have dtype float64"),
-    (lambda: bytearray(64), TypeError, r"out must have dtype float64 \(.*\), got uint8"),
+    (lambda: bytearray(64), TypeError, r"out must have dtype float64.*\), got uint8"),
     (lambda: array.array("d", [7.0] * 8), ValueError, "out must have shape"),
     (lambda: memoryview(sentinel((4, 2)).T), ValueError, "C-contiguous"),
     (_released, ValueError, "out could not share its memory.*released"),
@@ -169,6 +169,28 @@ def test_bad_out_is_rejected(make_out, exc, text):
         cpe.positional_encoding([1, 2], 4, out=out)
     with pytest.raises(exc, match=text):
         cpe.positional_encoding_table(2, 4, out=out)
+
+
+def test_out_sets_the_dtype_when_dtype_is_not_given():
+    # As NumPy's ufuncs take the output's dtype; a dtype= that disagrees with out=
+    # is still an error, and leaves it untouched.
+    want = cpe.positional_encoding_table(6, 16, start=9, dtype=np.float32)
+    out = np.full((6, 16), 7.0, np.float32)
+    assert cpe.positional_encoding_table(6, 16, start=9, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    out16 = np.empty(16, np.float16)
+    cpe.positional_encoding(9, 16, out=out16, dtype=None)
+    np.testing.assert_array_equal(out16, cpe.positional_encoding(9, 16, dtype=np.float16))
+    pair = (np.empty((3, 8), np.float16), np.empty((3, 8), np.float16))
+    cpe.rope_cos_sin(3, 8, out=pair)
+    np.testing.assert_array_equal(pair[1], cpe.rope_cos_sin(3, 8, dtype=np.float16)[1])
+    grid = np.empty((4, 16), np.float32)
+    np.testing.assert_array_equal(
+        cpe.sincos_2d(2, 2, 16, out=grid), cpe.sincos_2d(2, 2, 16, dtype=np.float32)
+    )
+    with pytest.raises(TypeError, match=r"out must have dtype float64 \(the dtype argument\)"):
+        cpe.positional_encoding_table(6, 16, dtype=np.float64, out=out)
+    np.testing.assert_array_equal(out, want)
 
 
 def test_buffers_as_out_are_filled_and_returned():

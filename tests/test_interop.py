@@ -676,8 +676,14 @@ def test_torch_bfloat16_tensors_are_filled_directly(torch):
     with pytest.raises(ValueError, match="C-contiguous"):
         cpe.positional_encoding_table(6, 16, dtype=torch.bfloat16, out=wrong)
     with pytest.raises(TypeError, match=r"dtype float64 .*got bfloat16"):
-        cpe.positional_encoding_table(16, 6, out=wrong.t())
+        cpe.positional_encoding_table(16, 6, dtype=np.float64, out=wrong.t())
     assert bool((wrong == 7.0).all())
+    # Without dtype=, the tensor's own.
+    assert cpe.positional_encoding_table(16, 6, out=wrong.t()) is not None
+    want = cpe.positional_encoding_table(16, 6, dtype=bf16)
+    np.testing.assert_array_equal(
+        wrong.t().contiguous().view(torch.int16).numpy(), want.view(np.int16)
+    )
 
 
 def test_torch_bfloat16_positions_are_read_as_values(torch):

@@ -267,7 +267,7 @@ class Sinusoidal:
         self,
         position: npt.ArrayLike,
         *,
-        dtype: DType = np.float64,
+        dtype: DType = None,
         out: Any = None,
         workers: SupportsIndex | None = None,
     ) -> Any:
@@ -281,7 +281,7 @@ class Sinusoidal:
         n: SupportsIndex,
         *,
         start: SupportsIndex = 0,
-        dtype: DType = np.float64,
+        dtype: DType = None,
         out: Any = None,
         workers: SupportsIndex | None = None,
     ) -> Any:

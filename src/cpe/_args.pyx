@@ -183,11 +183,14 @@ cdef object _bfloat16(str what):
 cdef str _DTYPES = "float64, float32, float16 or bfloat16"
 
 
-cpdef object as_dtype(dtype):
+cpdef object as_dtype(dtype, out=None):
     """``dtype`` as one of the four dtype objects (compared by identity later),
     or a TypeError naming it. PyTorch's dtypes are read by their names: cpe never
-    imports torch."""
-    if dtype is _NP_FLOAT64_TYPE:  # the default
+    imports torch. None (not given): float64, or the dtype of ``out`` when it is
+    given (as NumPy's ufuncs take the output's; RoPE's: of its first array)."""
+    if dtype is None:  # the default
+        return _FLOAT64 if out is None else _dtype_of_out(out)
+    if dtype is _NP_FLOAT64_TYPE:
         return _FLOAT64
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
         return dtype
@@ -229,6 +232,27 @@ cpdef object as_dtype(dtype):
         if dt == _bfloat16("dtype bfloat16"):
             return _BFLOAT16
     raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
+
+
+cdef object _dtype_of_out(out):
+    """The dtype of ``out=`` given without ``dtype=``: one of the four, or a
+    TypeError naming ``out``. What is not an array of a dtype (a tuple of another
+    length, a memoryview NumPy cannot read) is float64's: its adoption says why
+    it is refused."""
+    first = out[0] if type(out) is tuple and len(out) == 2 else out  # (RoPE's cos, sin)
+    if type(first) is tuple:
+        return _FLOAT64
+    dt = getattr(first, "dtype", None)
+    if dt is None:
+        try:
+            dt = np.asarray(memoryview(first)).dtype
+        except Exception:
+            return _FLOAT64
+    try:
+        return as_dtype(dt)
+    except TypeError:
+        raise TypeError(f"out must have dtype {_DTYPES} (dtype= not given: the output's "
+                        f"dtype is out's), got {dt}") from None
 
 
 cdef bint exact_integer(value, double* x) except -1:

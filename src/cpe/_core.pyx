@@ -847,12 +847,12 @@ _CONVENTION_PARAMETERS = """layout : {"interleaved", "sin_cos", "cos_sin"}, opti
         It cannot be combined with ``layout`` or ``freq_shift``."""
 
 
-def positional_encoding(position, D, *, base=10000.0, dtype=np.float64, out=None,
+def positional_encoding(position, D, *, base=10000.0, dtype=None, out=None,
                         layout=None, freq_shift=None, scale=1.0, convention=None, workers=None):
     cdef Py_ssize_t width = as_count(D, "D", 1)
     size = D if type(D) is int else width  # the encoding's key (no new int for an int D)
     cdef double b = as_positive(base, "base")
-    dt = as_dtype(dtype)
+    dt = as_dtype(dtype, out)
     cdef double s = as_real(scale, "scale")
     # (a single position is one row, filled here whatever workers says: it is only checked)
     cdef Py_ssize_t threads = 1 if workers is None else as_workers(workers)
@@ -894,7 +894,8 @@ Sinusoidal positional encoding of one position or an array of positions.
         The base of the frequencies (10000 in the paper; ``max_period`` or
         ``max_timescale`` elsewhere), finite and ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
-        Output dtype.
+        Output dtype: by default float64, or the dtype of ``out`` when it is
+        given.
     out : array, optional
         Writable, C-contiguous array of shape ``position.shape + (D,)`` and dtype
         ``dtype`` to fill: a NumPy array, or a CPU array that shares its memory
@@ -936,7 +937,7 @@ Sinusoidal positional encoding of one position or an array of positions.
     """
 
 
-def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, out=None,
+def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=None, out=None,
                               layout=None, freq_shift=None, scale=1.0, convention=None,
                               workers=None):
     cdef Py_ssize_t rows = as_count(n, "n", 0)
@@ -944,7 +945,7 @@ def positional_encoding_table(n, D, *, start=0, base=10000.0, dtype=np.float64, 
     size = D if type(D) is int else width  # the encoding's key (no new int for an int D)
     first = table_start(start, rows)
     cdef double b = as_positive(base, "base")
-    dt = as_dtype(dtype)
+    dt = as_dtype(dtype, out)
     cdef double s = as_real(scale, "scale")
     cdef Py_ssize_t threads = as_workers(workers)
     result = prepare_out(out, (rows, width), dt, "n and D")
@@ -974,7 +975,8 @@ Encodings of the consecutive positions ``start, start + 1, ..., start + n - 1``.
     base : float, optional
         The base of the frequencies (10000 in the paper), finite and ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
-        Output dtype.
+        Output dtype: by default float64, or the dtype of ``out`` when it is
+        given.
     out : array, optional
         Writable, C-contiguous array of shape ``(n, D)`` and dtype ``dtype`` to
         fill: a NumPy array, or a CPU array that shares its memory

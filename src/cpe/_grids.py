@@ -94,7 +94,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
@@ -112,7 +112,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: Out,
     workers: SupportsIndex | None = None,
 ) -> Out: ...
@@ -129,7 +129,7 @@ def sincos_2d(
     base_size: float | None = None,
     interpolation_scale: float = 1.0,
     freq_shift: float | None = 0.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: Any = None,
     workers: SupportsIndex | None = None,
 ) -> Any:
@@ -171,7 +171,8 @@ def sincos_2d(
         (vit-pytorch). ``q - freq_shift`` must be positive when ``q >= 2``; for
         ``D = 4`` the one frequency is 1.
     dtype : {float64, float32, float16, bfloat16}, optional
-        Output dtype; values are rounded once from float64.
+        Output dtype (by default float64, or the dtype of ``out`` when it is
+        given); values are rounded once from float64.
     out : array, optional
         C-contiguous writable array of shape ``(extra_tokens + grid_h * grid_w, D)``
         and dtype ``dtype`` to fill: a NumPy array, or a CPU array that shares
@@ -214,7 +215,7 @@ def sincos_2d(
         raise ValueError(
             f"freq_shift={shift!r} needs D // 4 - freq_shift > 0 for a 2-D encoding, got D={width}"
         )
-    dt = as_dtype(dtype)
+    dt = as_dtype(dtype, out)
     threads = as_workers(workers)
     result = prepare_out(
         out, (extra + rows * columns, width), dt, "grid_h, grid_w, extra_tokens and D"
@@ -313,7 +314,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: None = None,
     workers: SupportsIndex | None = None,
 ) -> npt.NDArray[np.floating[Any]]: ...
@@ -329,7 +330,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: Out,
     workers: SupportsIndex | None = None,
 ) -> Out: ...
@@ -344,7 +345,7 @@ def sincos_3d(
     base: float = 10000.0,
     temporal_interpolation_scale: float = 1.0,
     spatial_interpolation_scale: float = 1.0,
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: Any = None,
     workers: SupportsIndex | None = None,
 ) -> Any:
@@ -369,7 +370,8 @@ def sincos_3d(
     temporal_interpolation_scale, spatial_interpolation_scale : float, optional
         Divisors of the frame and spatial coordinates, ``> 0``.
     dtype : {float64, float32, float16, bfloat16}, optional
-        Output dtype; values are rounded once from float64.
+        Output dtype (by default float64, or the dtype of ``out`` when it is
+        given); values are rounded once from float64.
     out : array, optional
         C-contiguous writable array of shape ``(t, h * w, D)`` and dtype ``dtype``
         to fill: a NumPy array, or a CPU array that shares its memory through
@@ -400,7 +402,7 @@ def sincos_3d(
     b = as_positive(base, "base")
     time_scale = as_positive(temporal_interpolation_scale, "temporal_interpolation_scale")
     space_scale = as_positive(spatial_interpolation_scale, "spatial_interpolation_scale")
-    dt = as_dtype(dtype)
+    dt = as_dtype(dtype, out)
     threads = as_workers(workers)
     result = prepare_out(out, (frames, rows * columns, width), dt, "t, h, w and D")
 

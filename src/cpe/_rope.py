@@ -73,7 +73,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: None = None,
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
@@ -93,7 +93,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: tuple[Out, Out2],
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
@@ -112,7 +112,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     start: SupportsIndex = 0,
     layout: RopeLayout = "half",
-    dtype: DType = np.float64,
+    dtype: DType = None,
     out: tuple[Any, Any] | None = None,
     rope_parameters: Mapping[str, Any] | None = None,
     max_position_embeddings: SupportsIndex | None = None,
@@ -153,7 +153,8 @@ def rope_cos_sin(
     layout : {"half", "interleaved"}, optional
         Column order, as above.
     dtype : {float64, float32, float16, bfloat16}, optional
-        Output dtype.
+        Output dtype: by default float64, or the dtype of ``out`` when it is
+        given.
     out : tuple of two arrays, optional
         ``(cos, sin)`` arrays to fill, as NumPy's ufuncs take ``out=`` for two
         outputs (NumPy arrays, or CPU arrays that share their memory through
@@ -382,12 +383,12 @@ class Rope:
         n: int | npt.ArrayLike,
         *,
         start: SupportsIndex = 0,
-        dtype: DType = np.float64,
+        dtype: DType = None,
         out: tuple[Any, Any] | None = None,
         workers: SupportsIndex | None = None,
     ) -> Any:
         """The ``(cos, sin)`` tables of positions ``n``: as :func:`rope_cos_sin`."""
-        output_dtype = as_dtype(dtype)
+        output_dtype = as_dtype(dtype, out)
         threads = as_workers(workers)
         if isinstance(n, (bool, np.bool_)):
             raise TypeError("n must be an integer or an array of positions, got bool")
