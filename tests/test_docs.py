@@ -52,3 +52,16 @@ def test_readme_first_lines_are_the_install_and_test_commands():
     commands = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
     assert commands[0].startswith("pip install . && python -c")
     assert "python -m pytest" in commands[1]
+
+
+@pytest.mark.skipif(
+    not README.exists(), reason="README.md is not beside the tests (installed elsewhere)"
+)
+def test_readme_reads_on_the_package_index():
+    # The README is the package's long description: on the package index a link
+    # or an image relative to the repository (or to a heading: no anchors there)
+    # leads nowhere. Absolute addresses only.
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)]*)\)", text) + re.findall(r'src="([^"]*)"', text)
+    relative = [t for t in targets if not t.startswith(("https://", "http://"))]
+    assert not relative, f"relative links or images in the README: {relative}"
