@@ -12,7 +12,7 @@ import numpy.typing as npt
 from cpe._conventions import CONVENTIONS
 from cpe.benchmark.usual_numpy import mae_2d
 
-__all__ = ["mae_2d"]  # MAE's code, which the benchmark also runs
+__all__ = ["mae_2d"]  # MAE's 2-D embedding from its formula, which the benchmark runs too
 
 
 def frequencies(
@@ -79,42 +79,49 @@ def positional_encoding_table(
     )
 
 
-# ---- the conventions, each transcribed from its original code into NumPy ----
+# ---- the conventions, each from its published formula ----
+# Written here from the formulas (the papers', or those the projects document),
+# in this project's words; tests/test_interop.py compares cpe with the projects'
+# own code where it is installed. Credits: docs/development.md.
+
+
+def _paper_angles(n_pos: int, dim: int) -> npt.NDArray[np.float64]:
+    """Column k of position p: p / 10000 ** (2 * (k // 2) / dim) (Vaswani et al.)."""
+    exponents = 2 * (np.arange(dim) // 2) / dim
+    return np.arange(n_pos, dtype=np.float64)[:, None] / np.power(10000.0, exponents)[None, :]
 
 
 def paper_table(n_pos: int, dim: int) -> npt.NDArray[np.float64]:
-    """HF DistilBERT/XLM ``create_sinusoidal_embeddings`` (the paper's formula)."""
-    position_enc = np.array(
-        [[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(n_pos)]
-    )
-    out = np.zeros((n_pos, dim))
-    out[:, 0::2] = np.sin(position_enc[:, 0::2])
-    out[:, 1::2] = np.cos(position_enc[:, 1::2])
-    return out
+    """The paper's table, sines in the even columns and cosines in the odd ones
+    (as HF DistilBERT/XLM lay it out)."""
+    angles = _paper_angles(n_pos, dim)
+    return np.where(np.arange(dim) % 2 == 0, np.sin(angles), np.cos(angles))
 
 
 def marian_table(n_pos: int, dim: int) -> npt.NDArray[np.float64]:
-    """HF Marian/Pegasus ``SinusoidalPositionalEmbedding._init_weight``."""
-    position_enc = np.array(
-        [[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(n_pos)]
-    )
-    out = np.zeros((n_pos, dim))
-    sentinel = dim // 2 if dim % 2 == 0 else (dim // 2) + 1
-    out[:, 0:sentinel] = np.sin(position_enc[:, 0::2])
-    out[:, sentinel:] = np.cos(position_enc[:, 1::2])
-    return out
+    """The paper's angles with the sines of the even columns first, then the
+    cosines of the odd ones (HF Marian/Pegasus)."""
+    angles = _paper_angles(n_pos, dim)
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+
+
+def _sines_then_cosines(angles: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
+    """[sin | cos] of the angles, padded with zero columns to ``width``."""
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+    return np.pad(table, [(0, 0)] * (table.ndim - 1) + [(0, width - table.shape[-1])])
+
+
+def _geometric(count: int, ratio_log: float, steps: float) -> npt.NDArray[np.float64]:
+    """exp(-k * ratio_log / steps), k < count: frequencies in geometric progression."""
+    return np.exp(np.arange(count, dtype=np.float64) * -(ratio_log / steps))
 
 
 def fairseq_table(num_embeddings: int, embedding_dim: int) -> npt.NDArray[np.float64]:
-    """fairseq ``SinusoidalPositionalEmbedding.get_embedding`` (without padding_idx)."""
-    half_dim = embedding_dim // 2
-    step = np.log(10000) / (half_dim - 1)
-    freqs = np.exp(np.arange(half_dim, dtype=np.float64) * -step)
-    angles = np.arange(num_embeddings, dtype=np.float64)[:, None] * freqs[None, :]
-    emb = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-    if embedding_dim % 2 == 1:
-        emb = np.concatenate([emb, np.zeros((num_embeddings, 1))], axis=1)
-    return emb
+    """fairseq's sinusoidal embedding (without a padding index): frequencies from
+    1 to 1/10000 over half the channels, [sin | cos], a zero column if odd."""
+    half = embedding_dim // 2
+    freqs = _geometric(half, np.log(10000.0), half - 1)
+    return _sines_then_cosines(np.arange(num_embeddings)[:, None] * freqs, embedding_dim)
 
 
 def tensor2tensor_timing_signal(
@@ -124,24 +131,24 @@ def tensor2tensor_timing_signal(
     max_timescale: float = 1.0e4,
     start_index: int = 0,
 ) -> npt.NDArray[np.float64]:
-    """tensor2tensor ``get_timing_signal_1d`` (without the leading batch axis)."""
-    position = np.arange(length, dtype=np.float64) + start_index
-    num_timescales = channels // 2
-    log_increment = np.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
-    inv_timescales = min_timescale * np.exp(np.arange(num_timescales) * -log_increment)
-    scaled_time = position[:, None] * inv_timescales[None, :]
-    signal = np.concatenate([np.sin(scaled_time), np.cos(scaled_time)], axis=1)
-    return np.pad(signal, [[0, 0], [0, channels % 2]])
+    """tensor2tensor's timing signal: timescales from min_timescale to
+    max_timescale over half the channels, [sin | cos], a zero column if odd."""
+    count = channels // 2
+    inverse = min_timescale * _geometric(
+        count, np.log(max_timescale / min_timescale), max(count - 1, 1)
+    )
+    positions = np.arange(length, dtype=np.float64) + start_index
+    return _sines_then_cosines(positions[:, None] * inverse, channels)
 
 
 def whisper_sinusoids(
     length: int, channels: int, max_timescale: float = 10000
 ) -> npt.NDArray[np.float64]:
-    """OpenAI Whisper ``sinusoids`` (channels must be even)."""
-    log_increment = np.log(max_timescale) / (channels // 2 - 1)
-    inv_timescales = np.exp(-log_increment * np.arange(channels // 2))
-    scaled_time = np.arange(length)[:, np.newaxis] * inv_timescales[np.newaxis, :]
-    return np.concatenate([np.sin(scaled_time), np.cos(scaled_time)], axis=1)
+    """Whisper's sinusoids: tensor2tensor's signal with timescales 1 to
+    max_timescale (channels even)."""
+    count = channels // 2
+    inverse = _geometric(count, np.log(max_timescale), count - 1)
+    return _sines_then_cosines(np.arange(length)[:, None] * inverse, channels)
 
 
 def diffusers_timestep_embedding(
@@ -152,33 +159,28 @@ def diffusers_timestep_embedding(
     scale: float = 1,
     max_period: float = 10000,
 ) -> npt.NDArray[np.float64]:
-    """diffusers ``get_timestep_embedding`` for a 1-D array of timesteps."""
-    t = np.asarray(timesteps, dtype=np.float64)
-    half_dim = embedding_dim // 2
-    exponent = -np.log(max_period) * np.arange(half_dim, dtype=np.float64)
-    exponent = exponent / (half_dim - downscale_freq_shift)
-    emb = t[:, None] * np.exp(exponent)[None, :]
-    emb = scale * emb
-    emb = np.concatenate([np.sin(emb), np.cos(emb)], axis=-1)
+    """diffusers' timestep embedding of a 1-D array of timesteps: frequencies
+    exp(-log(max_period) * k / (half - shift)), angles times ``scale``, [sin |
+    cos] (or [cos | sin] flipped), a zero column if odd."""
+    half = embedding_dim // 2
+    freqs = _geometric(half, np.log(max_period), half - downscale_freq_shift)
+    angles = scale * (np.asarray(timesteps, dtype=np.float64)[:, None] * freqs)
+    table = _sines_then_cosines(angles, 2 * half)
     if flip_sin_to_cos:
-        emb = np.concatenate([emb[:, half_dim:], emb[:, :half_dim]], axis=-1)
-    if embedding_dim % 2 == 1:
-        emb = np.pad(emb, ((0, 0), (0, 1)))
-    return emb
+        table = np.roll(table, half, axis=1)
+    return np.pad(table, [(0, 0), (0, embedding_dim - 2 * half)])
 
 
 def adm_timestep_embedding(
     timesteps: npt.ArrayLike, dim: int, max_period: float = 10000
 ) -> npt.NDArray[np.float64]:
-    """guided-diffusion (ADM) ``timestep_embedding``, as in the Stable Diffusion UNet."""
-    t = np.asarray(timesteps, dtype=np.float64)
+    """The timestep embedding of guided diffusion (ADM; the Stable Diffusion
+    UNet's): frequencies exp(-log(max_period) * k / half), [cos | sin], a zero
+    column if odd."""
     half = dim // 2
-    freqs = np.exp(-np.log(max_period) * np.arange(half, dtype=np.float64) / half)
-    args = t[:, None] * freqs[None]
-    embedding = np.concatenate([np.cos(args), np.sin(args)], axis=-1)
-    if dim % 2:
-        embedding = np.concatenate([embedding, np.zeros_like(embedding[:, :1])], axis=-1)
-    return embedding
+    freqs = _geometric(half, np.log(max_period), half)
+    angles = np.asarray(timesteps, dtype=np.float64)[:, None] * freqs
+    return np.pad(np.concatenate([np.cos(angles), np.sin(angles)], axis=1), [(0, 0), (0, dim % 2)])
 
 
 def encoding(
@@ -209,23 +211,23 @@ def encoding(
     return out
 
 
-# ---- grids and rotary tables, transcribed from their originals ----
+# ---- grids and rotary tables, from their published formulas ----
 
 
-def _diffusers_1d(embed_dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    omega = np.arange(embed_dim // 2, dtype=np.float64)
-    omega /= embed_dim / 2.0
-    omega = 1.0 / 10000**omega
-    out = np.outer(pos.reshape(-1), omega)
-    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+def _grid_half(coordinates: npt.NDArray[np.float64], channels: int) -> npt.NDArray[np.float64]:
+    """[sin | cos](c * omega_k) of each coordinate c, omega_k = 10000 ** (-k / q),
+    q = channels // 2: the 1-D part of the 2-D/3-D sin-cos embeddings (MAE)."""
+    quarter = channels // 2
+    omega = 1.0 / 10000.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
+    angles = np.multiply.outer(np.ravel(coordinates), omega)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
-def _diffusers_2d_from_grid(
-    embed_dim: int, grid: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    return np.concatenate(
-        [_diffusers_1d(embed_dim // 2, grid[0]), _diffusers_1d(embed_dim // 2, grid[1])], axis=1
-    )
+def _grid_2d(columns: npt.NDArray[np.float64], rows: npt.NDArray[np.float64], channels: int):
+    """Row-major tokens of a grid: half the channels encode the column
+    coordinate, the other half the row coordinate."""
+    x, y = np.meshgrid(columns, rows)
+    return np.concatenate([_grid_half(x, channels // 2), _grid_half(y, channels // 2)], axis=1)
 
 
 def diffusers_2d(
@@ -236,18 +238,15 @@ def diffusers_2d(
     interpolation_scale: float = 1.0,
     base_size: float = 16,
 ) -> npt.NDArray[np.float64]:
-    """diffusers ``get_2d_sincos_pos_embed`` with ``grid_size = (h, w)``."""
-    grid_h = (
-        np.arange(grid_size[0], dtype=np.float64) / (grid_size[0] / base_size) / interpolation_scale
-    )
-    grid_w = (
-        np.arange(grid_size[1], dtype=np.float64) / (grid_size[1] / base_size) / interpolation_scale
-    )
-    grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
-    emb = _diffusers_2d_from_grid(embed_dim, grid.reshape([2, 1, grid_size[1], grid_size[0]]))
+    """diffusers' 2-D sin-cos embedding of an (h, w) grid: coordinates scaled by
+    base_size / side / interpolation_scale, extra tokens first as zero rows."""
+    h, w = grid_size
+    rows = np.arange(h, dtype=np.float64) / (h / base_size) / interpolation_scale
+    columns = np.arange(w, dtype=np.float64) / (w / base_size) / interpolation_scale
+    table = _grid_2d(columns, rows, embed_dim)
     if cls_token and extra_tokens > 0:
-        emb = np.concatenate([np.zeros([extra_tokens, embed_dim]), emb], axis=0)
-    return emb
+        table = np.concatenate([np.zeros((extra_tokens, embed_dim)), table])
+    return table
 
 
 def diffusers_3d(
@@ -257,19 +256,24 @@ def diffusers_3d(
     spatial_interpolation_scale: float = 1.0,
     temporal_interpolation_scale: float = 1.0,
 ) -> npt.NDArray[np.float64]:
-    """diffusers ``get_3d_sincos_pos_embed`` with ``spatial_size = (w, h)``."""
-    spatial_dim, temporal_dim = 3 * embed_dim // 4, embed_dim // 4
-    grid_h = np.arange(spatial_size[1], dtype=np.float64) / spatial_interpolation_scale
-    grid_w = np.arange(spatial_size[0], dtype=np.float64) / spatial_interpolation_scale
-    grid = np.stack(np.meshgrid(grid_w, grid_h, indexing="xy"), axis=0)
-    spatial = _diffusers_2d_from_grid(
-        spatial_dim, grid.reshape([2, 1, spatial_size[1], spatial_size[0]])
+    """diffusers' 3-D sin-cos embedding, spatial_size = (w, h): a quarter of the
+    channels encode the frame, the rest the frame's 2-D grid, for every token."""
+    w, h = spatial_size
+    spatial = _grid_2d(
+        np.arange(w, dtype=np.float64) / spatial_interpolation_scale,
+        np.arange(h, dtype=np.float64) / spatial_interpolation_scale,
+        3 * embed_dim // 4,
     )
-    grid_t = np.arange(temporal_size, dtype=np.float64) / temporal_interpolation_scale
-    temporal = _diffusers_1d(temporal_dim, grid_t)
-    spatial = np.repeat(spatial[None, :, :], temporal_size, axis=0)
-    temporal = np.repeat(temporal[:, None, :], spatial_size[0] * spatial_size[1], axis=1)
-    return np.concatenate([temporal, spatial], axis=-1)
+    temporal = _grid_half(
+        np.arange(temporal_size, dtype=np.float64) / temporal_interpolation_scale, embed_dim // 4
+    )
+    return np.concatenate(
+        [
+            np.broadcast_to(temporal[:, None, :], (temporal_size, w * h, temporal.shape[1])),
+            np.broadcast_to(spatial[None], (temporal_size, *spatial.shape)),
+        ],
+        axis=-1,
+    )
 
 
 def timm_2d(
@@ -278,33 +282,45 @@ def timm_2d(
     temperature: float = 10000.0,
     interleave_sin_cos: bool = False,
 ) -> npt.NDArray[np.float64]:
-    """timm ``build_sincos2d_pos_embed`` with ``reverse_coord=False``."""
-    pos_dim = dim // 4
-    bands = 1.0 / (temperature ** (np.arange(0, pos_dim, 1, dtype=np.float64) / pos_dim))
-    grid = np.stack(
-        np.meshgrid(*[np.arange(s, dtype=np.float64) for s in feat_shape], indexing="ij")
-    )
-    grid = grid.reshape(2, -1).T
-    pos2 = grid[:, :, None] * bands[None, None, :]
-    stack_axis = 2 if interleave_sin_cos else 1
-    return np.stack([np.sin(pos2), np.cos(pos2)], axis=stack_axis).reshape(grid.shape[0], -1)
+    """timm's 2-D sin-cos embedding (reverse_coord=False): bands temperature **
+    (-k / q), q = dim // 4, times a token's two grid indices (first, second);
+    the sines of both, then the cosines of both, or with interleave_sin_cos the
+    sines and cosines of the first index, then those of the second."""
+    quarter = dim // 4
+    bands = 1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / quarter)
+    indices = np.meshgrid(*(np.arange(n, dtype=np.float64) for n in feat_shape), indexing="ij")
+    angles = [np.multiply.outer(index.ravel(), bands) for index in indices]
+    if interleave_sin_cos:
+        parts = [f(a) for a in angles for f in (np.sin, np.cos)]
+    else:
+        parts = [f(a) for f in (np.sin, np.cos) for a in angles]
+    return np.concatenate(parts, axis=1)
+
+
+def _rope_inverse_frequencies(head_dim: int, base: float) -> npt.NDArray[np.float64]:
+    """RoPE's frequencies 1 / base ** (2k / head_dim) (Su et al.)."""
+    return 1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
 def llama_rope(
     positions: npt.ArrayLike, head_dim: int, base: float = 10000.0
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """HF ``LlamaRotaryEmbedding`` (default rope type): ``emb = cat(freqs, freqs)``."""
-    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-    freqs = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    return np.cos(emb), np.sin(emb)
+    """RoPE's (cos, sin) in the "half" layout (GPT-NeoX, HF Llama): the angles of
+    the frequencies, then the same again."""
+    angles = np.multiply.outer(
+        np.asarray(positions, dtype=np.float64), _rope_inverse_frequencies(head_dim, base)
+    )
+    twice = np.concatenate([angles, angles], axis=-1)
+    return np.cos(twice), np.sin(twice)
 
 
 def gptj_rope(num_pos: int, dim: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """HF GPT-J ``create_sinusoidal_positions`` expanded by ``duplicate_interleave``."""
-    inv_freq = 1.0 / (10000 ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-    sinusoid_inp = np.arange(num_pos, dtype=np.float64)[:, None] * inv_freq
-    return np.repeat(np.cos(sinusoid_inp), 2, axis=1), np.repeat(np.sin(sinusoid_inp), 2, axis=1)
+    """RoPE's (cos, sin) in the "interleaved" layout (GPT-J): each frequency's
+    angle twice in a row."""
+    angles = np.multiply.outer(
+        np.arange(num_pos, dtype=np.float64), _rope_inverse_frequencies(dim, 10000.0)
+    )
+    return np.repeat(np.cos(angles), 2, axis=1), np.repeat(np.sin(angles), 2, axis=1)
 
 
 # ---- the grid and rotary functions, from the definitions in their docstrings ----

@@ -1,6 +1,6 @@
 """Every convention in use, from the same kernels, against independent formulas.
 
-``tests/reference.py`` holds a NumPy transcription of each original function; the
+``tests/reference.py`` holds each convention written from its published formula; the
 README's table of conventions is parsed here and every row is executed.
 """
 
@@ -20,7 +20,7 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
 def close(got, expected, max_angle):
-    # The transcriptions round w_j to a double: ~1e-16 * |angle| radians of error.
+    # The reference formulas round w_j to a double: ~1e-16 * |angle| radians of error.
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-15 * max(1.0, max_angle) * 8)
 
 

@@ -1,4 +1,4 @@
-"""2-D and 3-D grid encodings against transcriptions of MAE, diffusers and timm."""
+"""2-D and 3-D grid encodings against the formulas of MAE, diffusers and timm."""
 
 from __future__ import annotations
 

@@ -88,21 +88,19 @@ def numpy_apply_rope(x: Any, cos: Any, sin: Any) -> Any:
 
 
 def mae_2d(embed_dim: int, grid_size: int, cls_token: bool = False) -> npt.NDArray[np.float64]:
-    """MAE ``get_2d_sincos_pos_embed`` (square grids only, as in MAE)."""
-
-    def embed_1d(dim: int, pos: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        omega = np.arange(dim // 2, dtype=np.float64)
-        omega /= dim / 2.0
-        omega = 1.0 / 10000**omega
-        out = np.einsum("m,d->md", pos.reshape(-1), omega)
-        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
-
-    grid_h = np.arange(grid_size, dtype=np.float64)
-    grid_w = np.arange(grid_size, dtype=np.float64)
-    grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
-    emb = np.concatenate(
-        [embed_1d(embed_dim // 2, grid[0]), embed_1d(embed_dim // 2, grid[1])], axis=1
-    )
+    """The 2-D sin-cos embedding of a square grid as MAE defines it (He et al.,
+    2022, after MoCo v3), in plain NumPy: with ``q = embed_dim // 4`` and
+    ``omega_k = 10000 ** (-k / q)``, a token's first ``2q`` channels are
+    ``[sin | cos](column * omega)`` and its last ``2q`` the same of its row; tokens
+    in row-major order, and a zero row first for a class token."""
+    quarter = embed_dim // 4
+    omega = 1.0 / 10000.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
+    rows, columns = np.divmod(np.arange(grid_size * grid_size), grid_size)
+    halves = []
+    for coordinate in (columns, rows):
+        angles = np.multiply.outer(coordinate.astype(np.float64), omega)
+        halves += [np.sin(angles), np.cos(angles)]
+    table = np.concatenate(halves, axis=1)
     if cls_token:
-        emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
-    return emb
+        table = np.concatenate([np.zeros((1, embed_dim)), table])
+    return table
