@@ -14,10 +14,28 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 # match anything, so that they can be deleted.
 pending=()
 
+# The typing gate runs on the newest NumPy (a user's script meets it first),
+# which needs a newer CPython than the machine's python3 may be: the newest one
+# on PATH or in pyenv (on GitHub, setup-python's 3.13). The packaging stage keeps
+# the oldest NumPy supported.
+lint_python=
+for version in 3.14 3.13 3.12; do
+    if "python$version" -c "" 2> /dev/null; then  # (not a pyenv shim that fails)
+        lint_python="python$version"
+        break
+    fi
+    found=$(pyenv versions --bare 2> /dev/null | grep -E "^${version//./\\.}\.[0-9]+$" | sort -V | tail -n 1 || true)
+    if [ -n "$found" ]; then
+        lint_python="$(pyenv prefix "$found")/bin/python3"
+        break
+    fi
+done
+[ -n "$lint_python" ] || { echo "lint: needs CPython 3.12 or newer for NumPy 2.5" >&2; exit 1; }
+echo "lint: $("$lint_python" --version)"
 venv="$work/lint-venv"
-python3 -m venv "$venv"
+"$lint_python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q \
-    ruff==0.17.6 cython-lint==0.22.1 mypy==2.4.1 numpy==2.4.6
+    ruff==0.17.6 cython-lint==0.22.1 mypy==2.4.1 numpy==2.5.5
 export PATH="$venv/bin:$PATH"  # cython-lint runs pycodestyle from PATH
 
 # Runs a linter; fails on any finding that is not pending.

@@ -332,7 +332,7 @@ def grid_group(size: int, D: int) -> Group:
 
     The argument is the number of class tokens (0 or 1), which MAE supports too.
     """
-    names = {"cpe_grid": cpe.sincos_2d, "mae_2d": mae_2d, "np_empty": np.empty}
+    names: dict[str, Any] = {"cpe_grid": cpe.sincos_2d, "mae_2d": mae_2d, "np_empty": np.empty}
     names.update({"size": size, "D": D})
     competitors = [
         Competitor(CPE, "cpe", "cpe_grid(size, size, D, extra_tokens=arg)"),
