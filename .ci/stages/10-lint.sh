@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lint: ruff (Python, stubs, tests), cython-lint (.pyx, .pxd), mypy --strict (the
-# stubs and the pure-Python modules), configured in pyproject.toml, and shellcheck
+# stubs and the pure-Python modules), pyright --strict on a user's scripts,
+# configured in pyproject.toml (.ci/pyright-user.json), and shellcheck
 # on the CI scripts when it is installed.
 # The tools are pinned and installed in a virtual environment of their own.
 set -euo pipefail
@@ -35,7 +36,7 @@ echo "lint: $("$lint_python" --version)"
 venv="$work/lint-venv"
 "$lint_python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q \
-    ruff==0.17.6 cython-lint==0.22.1 mypy==2.4.1 numpy==2.5.5
+    ruff==0.17.6 cython-lint==0.22.1 mypy==2.4.1 numpy==2.5.5 basedpyright==1.40.2
 export PATH="$venv/bin:$PATH"  # cython-lint runs pycodestyle from PATH
 
 # Runs a linter; fails on any finding that is not pending.
@@ -69,6 +70,12 @@ mypy --strict --no-incremental --cache-dir=/dev/null src/cpe
 # calls the runtime refuses, each of which must be a type error.
 mypy --strict --no-incremental --cache-dir=/dev/null tests/typed_usage.py tests/typed_misuse.py
 echo "mypy --strict: clean"
+# pyright (basedpyright: pyright with Node.js from a wheel, so that nothing is
+# downloaded at run time), strict, on the same user's scripts: the misuses must
+# be errors (an unneeded ignore is one) and the uses clean.
+basedpyright -p .ci/pyright-user.json --pythonpath "$venv/bin/python" \
+    tests/typed_usage.py tests/typed_misuse.py
+echo "pyright --strict: clean"
 
 # The CI shell scripts, where shellcheck is installed (apt's shellcheck; optional).
 if command -v shellcheck > /dev/null; then
