@@ -657,6 +657,13 @@ def test_readme_torch_examples(torch):
     run_readme_examples("torch")
 
 
+def test_readme_transformers_examples(torch):
+    # A tiny random Llama whose logits come closer to the float64 reference with
+    # cpe's tables than with its own.
+    require("transformers")
+    run_readme_examples("transformers")
+
+
 # ---- bfloat16 tensors (tests/test_bfloat16.py has the NumPy side) ----
 
 
