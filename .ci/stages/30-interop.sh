@@ -7,8 +7,15 @@ set -euo pipefail
 venv="$CPE_CI_WORK/interop-venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-# torch 2.13.0 (CPU) lies on this machine's disk; the others come from PyPI.
-"$venv/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.24.0" "diffusers==0.42.1"
+# torch 2.13.0 (CPU) lies on this machine's disk; the others come from PyPI. On
+# GitHub, CPE_TORCH_INDEX_URL names torch's CPU index, for this install alone
+# (PyPI's torch is the CUDA build, gigabytes).
+torch_index=()
+if [ -n "${CPE_TORCH_INDEX_URL:-}" ]; then
+    torch_index=(--extra-index-url "$CPE_TORCH_INDEX_URL")
+fi
+"$venv/bin/python" -m pip install -q "${torch_index[@]}" \
+    "torch==2.13.0" "transformers==5.24.0" "diffusers==0.42.1"
 # timm needs torchvision, which cannot sit beside this torch; the test loads
 # only timm's sincos module, which needs torch alone.
 "$venv/bin/python" -m pip install -q --no-deps "timm==1.0.31"
