@@ -17,6 +17,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cpe
 
@@ -194,6 +196,54 @@ grid = cpe.sincos_2d(128, 128, 256, workers=2)
 threading.settrace(None)
 assert out.tobytes() == expected
 assert grid.tobytes() == cpe.sincos_2d(128, 128, 256).tobytes()
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+# Calls large enough to be split into parts (>= 2 parts of 4 MiB): every kind of
+# request the parts run, the fill loop's and the apply request's.
+DYING_CALLS = {
+    "table": "cpe.positional_encoding_table(8192, 512, workers={w})",
+    "positions": "cpe.positional_encoding(np.arange(32768.0) * 3.5 - 9.0, 64, workers={w})",
+    "rope": "cpe.rope_cos_sin(32768, 128, dtype=np.float32, workers={w})",
+    "rope float16": "cpe.rope_cos_sin(16384, 64, dtype=np.float16, workers={w})",
+    "grid": "cpe.sincos_3d(4, 64, 64, 256, workers={w})",
+    "apply": "cpe.apply_rope(np.ones((1, 16, 2048, 128)), start=5, workers={w})",
+    "add": "cpe.add_positional_encoding(np.ones((8, 1024, 512)), start=3, workers={w})",
+}
+
+
+@needs_two_cpus
+@settings(max_examples=10, deadline=None)
+@given(call=st.sampled_from(sorted(DYING_CALLS)), lines=st.integers(0, 3))
+def test_any_call_whose_part_threads_die_gives_its_bits(call, lines):
+    # The property behind the test above, drawn over every kind of request: part
+    # threads killed at their first call or after a few lines of their part,
+    # and the call still gives the bits of one thread, at once. A child process
+    # under a timeout: a failure may be a hang.
+    expression = DYING_CALLS[call]
+    script = f"""
+import threading
+import numpy as np
+import cpe
+def bits(result):
+    return b"".join(a.tobytes() for a in (result if type(result) is tuple else (result,)))
+expected = bits({expression.format(w=1)})
+def hook(frame, event, arg, seen=[0]):
+    if event == "call" and {lines} == 0 or event == "line" and {lines} and (
+            frame.f_code.co_name == "part" and seen.append(1) is None and len(seen) > {lines}):
+        raise RuntimeError("tracing hook")
+    return hook
+threading.settrace(hook)
+threading.excepthook = lambda args: None
+got = bits({expression.format(w=2)})
+threading.settrace(None)
+assert got == expected, "{call}: other bits"
 print("ok")
 """
     done = subprocess.run(
