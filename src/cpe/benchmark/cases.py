@@ -610,6 +610,7 @@ TRANSFORMERS_APPLY = "transformers' apply_rotary_pos_emb, cpe's table"
 TRANSFORMERS_APPLY_ALONE = "transformers' apply_rotary_pos_emb alone"
 NUMPY_APPLY = "NumPy x*cos + rotate_half(x)*sin, cpe's table"
 FLOOR_IN_PLACE = "floor: one in-place pass (x *= 1)"
+FLOOR_IN_PLACE_2 = "floor: one in-place pass, 2 threads"
 
 
 def _llama_rotation() -> tuple[Any, Any] | None:
@@ -670,7 +671,10 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
             NUMPY_APPLY, "rival", f"[numpy_apply(x, *t) for t in [{table}] for x in qk][0]", 1e-5
         ),
         Competitor(FLOOR_IN_PLACE, "floor", "[multiply(x, 1.0, out=x) for x in qk]"),
+        # What workers=2 can gain: the same pass by two threads.
+        Competitor(FLOOR_IN_PLACE_2, "floor", "multiplied_by_threads(qk, 2)"),
     ]
+    names["multiplied_by_threads"] = multiplied_by_threads
     rotation = _llama_rotation()
     if rotation is not None:  # (transformers is installed)
         import torch
@@ -708,6 +712,8 @@ def apply_group(seq: int, rng: np.random.Generator) -> Group:
             Ratio(CPE_LLAMA3, CPE),
             Ratio(CPE_PARTIAL, CPE),
             Ratio(CPE, CPE_WORKERS2),
+            Ratio(FLOOR_IN_PLACE, FLOOR_IN_PLACE_2),
+            Ratio(CPE_WORKERS2, FLOOR_IN_PLACE_2),
         ],
         reference=CPE_NEW,
     )
@@ -902,6 +908,30 @@ def filled_by_threads(shape: tuple[int, int], threads: int) -> np.ndarray:
     for thread in others:
         thread.join()
     return array
+
+
+def multiplied_by_threads(arrays: tuple[np.ndarray, ...], threads: int) -> np.ndarray:
+    """Each array multiplied by 1 in place, its leading rows (the flattened
+    leading axes) split in equal shares between ``threads`` threads (np.multiply
+    releases the GIL): the floor of a parallel pass over memory in place."""
+    parts = []
+    for array in arrays:
+        rows = array.reshape(-1, array.shape[-1])  # (a view: C-contiguous arrays)
+        bounds = [len(rows) * k // threads for k in range(threads + 1)]
+        parts += [rows[first:last] for first, last in itertools.pairwise(bounds)]
+    shares = [parts[k::threads] for k in range(threads)]
+
+    def run(share: list[np.ndarray]) -> None:
+        for part in share:
+            np.multiply(part, 1.0, out=part)
+
+    others = [threading.Thread(target=run, args=(share,)) for share in shares[1:]]
+    for thread in others:
+        thread.start()
+    run(shares[0])
+    for thread in others:
+        thread.join()
+    return arrays[0]
 
 
 def _rivals_over_cpe(competitors: list[Competitor]) -> list[Ratio]:
