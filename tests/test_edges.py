@@ -385,11 +385,11 @@ def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
                 "rope_parameters": {"rope_type": "dynamic", "factor": 1e300},
                 "max_position_embeddings": 64,
             },
-            r"^rope_parameters\['factor'\]=1e\+300 gives rope_type 'dynamic' the base ",
+            r"^rope_parameters\['factor'\]=1e\+300 is too large for rope_type 'dynamic'",
         ),
         (
             {"rope_parameters": {"rope_type": "linear", "factor": 1e-300}},
-            r"^rope_parameters\['factor'\] gives frequencies up to 1e\+300, beyond 2\*\*53",
+            r"^rope_parameters\['factor'\] gives frequencies up to 1e\+300: position \* frequency",
         ),
         (
             {
@@ -403,7 +403,7 @@ def test_frequencies_beyond_a_double_name_what_the_caller_passed(kwargs, named):
             },
             r"^rope_parameters\['factor'\] gives frequencies up to ",
         ),
-        ({"inv_freq": np.full(32, 1e300)}, r"^inv_freq gives frequencies up to 1e\+300, beyond"),
+        ({"inv_freq": np.full(32, 1e300)}, r"^inv_freq gives frequencies up to 1e\+300: "),
     ],
     ids=["dynamic, huge factor", "linear, tiny factor", "llama3, tiny factor", "inv_freq"],
 )
@@ -434,3 +434,43 @@ def test_long_double_frequencies_beyond_float64_are_refused_without_a_warning(re
     with pytest.raises(ValueError, match="inv_freq must be finite numbers within the range"):
         cpe.rope_cos_sin(4, 4, inv_freq=huge)
     assert not recwarn.list
+
+
+def test_large_frequencies_are_refused_only_where_the_angles_are_beyond_reach():
+    # Frequencies beyond the paper's are refused by what made them so, and only
+    # where the request's angles go beyond 2**53: small real positions are
+    # within reach. Given frequencies never blame the (unused) base; a tiny base
+    # is blamed only where its own frequencies are beyond reach.
+    inv_freq = [1e17, 1.0, 1.0, 1.0]
+    cos, _ = cpe.rope_cos_sin(np.array([1e-10]), 8, inv_freq=inv_freq)
+    assert np.isfinite(cos).all()
+    with pytest.raises(ValueError, match=r"^inv_freq gives frequencies up to 1e\+17: "):
+        cpe.rope_cos_sin(2, 8, inv_freq=inv_freq, base=1e-30)
+    proportional = {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 1e-20}
+    with pytest.raises(ValueError, match=r"^rope_parameters\['factor'\] gives frequencies"):
+        cpe.rope_cos_sin(4, 8, base=1e-30, rope_parameters=proportional)
+    with pytest.raises(ValueError, match=r"^base=1e-300 gives frequencies up to "):
+        cpe.rope_cos_sin(4, 64, base=1e-300, rope_parameters={"rope_type": "linear", "factor": 2.0})
+
+
+def test_a_dynamic_factor_that_float64_cannot_hold_is_refused_by_name():
+    # float64 rounded the ratio of the dynamic base to -8: raised to 4/3 it was
+    # complex (a TypeError), raised to 2 a wrong base without a word.
+    dynamic = {"rope_type": "dynamic", "factor": 5.26393912753251e16}
+    for head_dim in (8, 4):
+        with pytest.raises(ValueError, match=r"^rope_parameters\['factor'\]=5\.26.* too large"):
+            cpe.rope_frequencies(head_dim, rope_parameters=dynamic, max_position_embeddings=3)
+    with pytest.raises(ValueError, match=r"factor'\]=2\.0 and base=1e\+308 give"):
+        cpe.rope_frequencies(
+            8, base=1e308, rope_parameters={"rope_type": "dynamic", "factor": 2.0},
+            max_position_embeddings=4, seq_len=8,
+        )  # fmt: skip
+
+
+def test_an_output_dtype_taken_from_out_is_named_as_such():
+    with pytest.raises(TypeError, match=r"^out\[1\] \(sin\) must have dtype float32 \(dtype=, or"):
+        cpe.rope_cos_sin(4, 8, out=(np.empty((4, 8), np.float32), np.empty((4, 8))))
+    with pytest.raises(TypeError, match=r"^out\[0\] \(cos\) must have dtype float64, float32"):
+        cpe.rope_cos_sin(4, 8, out=(np.empty((4, 8), np.int64), np.empty((4, 8))))
+    with pytest.raises(TypeError, match=r"^out must be a numpy\.ndarray"):  # (a tuple: no dtype)
+        cpe.positional_encoding_table(4, 8, out=(np.empty((4, 8), np.int64), np.empty((4, 8))))

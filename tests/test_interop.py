@@ -819,6 +819,19 @@ def test_a_tensor_that_requires_grad_is_read_but_not_written():
         cpe.apply_rope(x, out=x)
 
 
+def test_an_inference_tensor_is_written_only_in_inference_mode(torch):
+    # torch refuses an in-place update of an inference tensor outside inference
+    # mode; so does cpe.
+    with torch.inference_mode():
+        tensor = torch.full((4, 8), 7.0, dtype=torch.float64)
+    with pytest.raises(TypeError, match="out is an inference tensor"):
+        cpe.positional_encoding_table(4, 8, out=tensor)
+    assert bool((tensor == 7.0).all())
+    with torch.inference_mode():
+        assert cpe.positional_encoding_table(4, 8, out=tensor) is tensor
+    np.testing.assert_array_equal(tensor.numpy(), cpe.positional_encoding_table(4, 8))
+
+
 def test_a_parameter_is_written_with_gradients_off_as_torch_writes_it():
     # torch refuses an in-place write into a leaf that requires grad, except under
     # torch.no_grad() (or inference mode): so does cpe. An nn.Parameter filled

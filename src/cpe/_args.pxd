@@ -7,7 +7,7 @@ cpdef list as_sequence(value, str name, str what, Py_ssize_t length=*)
 cpdef double as_real(value, str name) except? -1.0
 cpdef double as_positive(value, str name) except? -1.0
 cpdef object as_choice(value, str name, options)
-cpdef object as_dtype(dtype, out=*)
+cpdef object as_dtype(dtype, out=*, str out_name=*)
 cpdef object as_positions(position, str name)
 cdef object positions_float64(arr, str name)
 cdef bint exact_integer(value, double* x) except -1

@@ -183,13 +183,13 @@ cdef object _bfloat16(str what):
 cdef str _DTYPES = "float64, float32, float16 or bfloat16"
 
 
-cpdef object as_dtype(dtype, out=None):
+cpdef object as_dtype(dtype, out=None, str out_name="out"):
     """``dtype`` as one of the four dtype objects (compared by identity later),
     or a TypeError naming it. PyTorch's dtypes are read by their names: cpe never
-    imports torch. None (not given): float64, or the dtype of ``out`` when it is
-    given (as NumPy's ufuncs take the output's; RoPE's: of its first array)."""
+    imports torch. None (not given): float64, or the dtype of the output ``out``
+    (named ``out_name``) when it is given, as NumPy's ufuncs take the output's."""
     if dtype is None:  # the default
-        return _FLOAT64 if out is None else _dtype_of_out(out)
+        return _FLOAT64 if out is None else _dtype_of_out(out, out_name)
     if dtype is _NP_FLOAT64_TYPE:
         return _FLOAT64
     if dtype is _FLOAT64 or dtype is _FLOAT32 or dtype is _FLOAT16:
@@ -234,25 +234,27 @@ cpdef object as_dtype(dtype, out=None):
     raise TypeError(f"dtype must be {_DTYPES}, got {dtype!r}")
 
 
-cdef object _dtype_of_out(out):
-    """The dtype of ``out=`` given without ``dtype=``: one of the four, or a
-    TypeError naming ``out``. What is not an array of a dtype (a tuple of another
-    length, a memoryview NumPy cannot read) is float64's: its adoption says why
-    it is refused."""
-    first = out[0] if type(out) is tuple and len(out) == 2 else out  # (RoPE's cos, sin)
-    if type(first) is tuple:
+cdef object _dtype_of_out(out, str name):
+    """The dtype of an output ``out`` given without ``dtype=``: one of the four,
+    or an error naming ``name``. What is not an array of a dtype (a tuple, a
+    memoryview NumPy cannot read) is float64's: its adoption says why it is
+    refused."""
+    if type(out) is tuple:
         return _FLOAT64
-    dt = getattr(first, "dtype", None)
+    dt = getattr(out, "dtype", None)
     if dt is None:
         try:
-            dt = np.asarray(memoryview(first)).dtype
+            dt = np.asarray(memoryview(out)).dtype
         except Exception:
             return _FLOAT64
     try:
         return as_dtype(dt)
     except TypeError:
-        raise TypeError(f"out must have dtype {_DTYPES} (dtype= not given: the output's "
-                        f"dtype is out's), got {dt}") from None
+        raise TypeError(f"{name} must have dtype {_DTYPES} (dtype= not given: the output's "
+                        f"dtype is {name}'s), got {dt}") from None
+    except ImportError:
+        raise ImportError(f"{name} is a bfloat16 array, which needs the ml_dtypes package "
+                          "(NumPy's bfloat16 dtype): pip install ml_dtypes") from None
 
 
 cdef bint exact_integer(value, double* x) except -1:
@@ -501,7 +503,8 @@ cpdef object adopt_out(out, tuple shape, dt, str name):
     descr = <object>cnp.PyArray_DESCR(array)
     if descr is not dt and not (cnp.PyArray_TYPE(array) == (<cnp.dtype>dt).type_num
                                 and cnp.PyArray_ISNOTSWAPPED(array)):
-        raise TypeError(f"{name} must have dtype {dt} (the dtype argument), got {descr}")
+        raise TypeError(f"{name} must have dtype {dt} (dtype=, or without it that of the "
+                        f"first output), got {descr}")
     if not _has_shape(array, shape):
         raise ValueError(f"{name} must have shape {shape}, got {array_shape(array)}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISALIGNED(array):
@@ -520,6 +523,9 @@ cdef object _shared_array(out, str name, bint write=True):
     Not ``write``: an input, read (detached from autograd)."""
     if not hasattr(out, "__dlpack__"):
         return _buffer_array(out, name)
+    if write and _inference_outside(out):
+        raise TypeError(f"{name} is an inference tensor: outside torch.inference_mode() torch "
+                        "allows no in-place update of it, and neither does cpe")
     if getattr(out, "requires_grad", False) is True:
         if write and _grad_enabled():
             raise TypeError(f"{name} must not require grad: cpe would write into it behind "
@@ -553,6 +559,15 @@ cdef object _shared_array(out, str name, bint write=True):
                         f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
                         "unversioned DLPack, as older torch exports, cannot say it may be)")
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
+
+
+cdef bint _inference_outside(out) except -1:
+    """Whether ``out`` is a torch inference tensor while inference mode is off."""
+    is_inference = getattr(out, "is_inference", None)
+    if not callable(is_inference) or not is_inference():
+        return False
+    enabled = getattr(sys.modules.get("torch"), "is_inference_mode_enabled", None)
+    return not callable(enabled) or not enabled()
 
 
 cdef bint _grad_enabled() except -1:

@@ -388,12 +388,12 @@ class Rope:
         workers: SupportsIndex | None = None,
     ) -> Any:
         """The ``(cos, sin)`` tables of positions ``n``: as :func:`rope_cos_sin`."""
-        output_dtype = as_dtype(dtype, out)
+        if out is not None and (type(out) is not tuple or len(out) != 2):
+            raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
+        output_dtype = as_dtype(dtype, None if out is None else out[0], "out[0] (cos)")
         threads = as_workers(workers)
         if isinstance(n, (bool, np.bool_)):
             raise TypeError("n must be an integer or an array of positions, got bool")
-        if out is not None and (type(out) is not tuple or len(out) != 2):
-            raise TypeError(f"out must be a tuple (cos, sin) of two arrays, got {_kind(out)}")
         # n is read once: a count of rows (an integer scalar), or positions.
         count, positions = _count_or_positions(n)
         if self._widths is not None:
@@ -429,6 +429,8 @@ class Rope:
             name = "n (the positions)"
         cos, sin = rope_tables(out, shape, output_dtype, sizes)
         rows = math.prod(shape[:-1])
+        if rows:
+            used.check_reach(lambda: _reach(positions, first, count))
         w = used.frequencies() if rows else None
         frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
         axes = [(None, frequencies, 0, None, -1)]
@@ -531,6 +533,8 @@ class Rope:
                     table = np.broadcast_to(sequence, (3, n))
                 else:
                     table, n, rows = points_of(_three_axes(given, "positions"), leading, axis, 1, 0)
+            if table is not None or n:
+                used.check_reach(lambda: _reach(table, first, n))
             axes = self._applied if self._again is None else None
             if axes is None:
                 axes = _applied_axes(used)
@@ -763,6 +767,8 @@ def _multimodal(
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
     positions = _three_axes(positions, "n (the positions)")
+    if positions.size:
+        used.check_reach(lambda: _reach(positions, 0, None))
     half = used.width // 2
     shape = (*positions.shape[1:], used.width)
     cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
@@ -789,6 +795,16 @@ def _multimodal(
         "n (the positions)",
     )
     return (cos, sin) if out is None else written(out)
+
+
+def _reach(positions: npt.NDArray[Any] | None, first: int, count: int | None) -> float:
+    """The largest |position| of a request: of ``positions``, or of ``count``
+    positions from ``first`` (NaN, refused later, compares as nothing)."""
+    if positions is None:
+        assert count is not None
+        return float(max(abs(first), abs(first + max(count, 1) - 1)))
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.abs(positions), initial=0.0))
 
 
 def _three_axes(positions: npt.NDArray[Any], name: str) -> npt.NDArray[Any]:

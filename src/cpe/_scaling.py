@@ -98,28 +98,49 @@ class Scheme:
             frequencies = np.array(self.make())
         if not np.all(np.isfinite(frequencies)):
             raise ValueError(f"{self.made_by} gives frequencies beyond the range of a double")
-        largest = float(np.max(np.abs(frequencies[0]), initial=0.0))
-        if largest > 2.0**53:
-            raise ValueError(
-                f"{self._scaled_by()} gives frequencies up to {largest:.3g}, beyond 2**53: no "
-                "position but 0 could be encoded with them (cpe encodes angles up to 2**53, "
-                "where its accuracy bound holds)"
-            )
         frequencies.flags.writeable = False
         if self.key is not None:
             _SCHEMES.keep(b"w" + self.key, frequencies, frequencies.nbytes)
         return frequencies
 
-    def _scaled_by(self) -> str:
-        """What makes the frequencies large: the base, when the paper's frequencies
-        of it (the largest, that of the last pair, for a base below 1) are
-        beyond 2**53 already; else what make() scales them by."""
+    def check_reach(self, positions: Callable[[], float]) -> None:
+        """Refuse, naming what made them so, frequencies whose angles at the
+        request's largest |position| (``positions()``) would be beyond 2**53,
+        when the frequencies themselves are beyond the paper's (a factor below
+        1, a base below 1, inv_freq): else the engine would blame the positions.
+        A request within reach (small real positions, say) is left to it."""
+        w = self.frequencies()
+        if w is None or not w.size:
+            return
+        largest = float(np.max(np.abs(w[0])))
+        if not largest > 1.0:
+            return
+        largest_position = positions()
+        if not largest * largest_position > 2.0**53:
+            return
+        raise ValueError(
+            f"{self._scaled_by(w[0])} gives frequencies up to {largest:.3g}: position * "
+            "frequency must be at most 2**53 in magnitude (the range in which cpe's "
+            f"accuracy bound holds), so |position| at most {2.0**53 / largest:.3g}, got "
+            f"{largest_position:.6g}"
+        )
+
+    def _scaled_by(self, w: npt.NDArray[np.float64]) -> str:
+        """What makes frequencies ``w`` beyond 2**53: the base, when the paper's
+        frequencies of it are beyond 2**53 already at the same pairs (given
+        frequencies use no base); else what make() scales them by."""
+        if self.made_by == "inv_freq":
+            return self.made_by
+        beyond = np.abs(w) > 2.0**53
         try:
             base = float(self.base)
-            paper = base ** (-(self.width - 2) / self.width) if base > 0 else math.inf
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-            paper = math.inf
-        return f"{self.base_name}={self.base!r}" if paper > 2.0**53 else self.made_by
+            with np.errstate(all="ignore"):
+                paper = base ** (-2.0 * np.arange(w.size) / self.width) if base > 0 else None
+        except (TypeError, ValueError, OverflowError):
+            paper = None
+        if paper is None or np.any(paper[beyond] > 2.0**53):
+            return f"{self.base_name}={self.base!r}"
+        return self.made_by
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
         """(2, width // 2) double-doubles, the paper's included."""
@@ -417,8 +438,9 @@ def _frequencies(
     if rope_type == "proportional":
         blend = _proportional(read, head_dim, fraction)
         return Scheme(
-            lambda: blend(_paper(head_dim, theta, base_name)), theta, 1.0, head_dim, base_name
-        )
+            lambda: blend(_paper(head_dim, theta, base_name)), theta, 1.0, head_dim, base_name,
+            made_by=read.name("factor") if read.has("factor") else "rope_parameters",
+        )  # fmt: skip
     dim = head_dim if fraction == 1.0 else int(head_dim * fraction)  # exact for any width
     if dim < 2 or dim % 2:
         raise ValueError(
@@ -434,7 +456,9 @@ def _frequencies(
         def blend(w: DD) -> DD:
             return blend_frequencies(w, factor, 1.0, 0.0)
     elif rope_type == "dynamic":
-        return Scheme(_dynamic(read, dim, theta, mpe, length), theta, 1.0, dim, base_name)
+        return Scheme(
+            _dynamic(read, dim, theta, mpe, length, base_name), theta, 1.0, dim, base_name
+        )
     elif rope_type == "yarn":
         blend, attention_factor = _yarn(read, dim, theta, mpe)
     elif rope_type == "longrope":
@@ -476,7 +500,12 @@ def _factor_or_ratio(read: _Parameters, mpe: int | None, original: float) -> flo
 
 
 def _dynamic(
-    read: _Parameters, dim: int, theta: float, mpe: int | None, length: float | None
+    read: _Parameters,
+    dim: int,
+    theta: float,
+    mpe: int | None,
+    length: float | None,
+    base_name: str = "base",
 ) -> Make:
     factor = read.real("factor", positive=True)
     if mpe is None:
@@ -487,15 +516,24 @@ def _dynamic(
             "(its exponent is dim / (dim - 2))"
         )
     length = mpe if length is None else max(length, mpe)
+    # The ratio is >= 1 (length >= mpe), but float64 may round it to 0 or below for
+    # a huge factor (and a negative one raised to dim / (dim - 2) is complex, or
+    # positive and wrong): refused by name, as is a base beyond a double's range.
+    ratio = (factor * length / mpe) - (factor - 1)
+    if not ratio > 0:
+        raise ValueError(
+            f"{read.name('factor')}={factor!r} is too large for rope_type 'dynamic': its "
+            f"base's ratio factor * seq_len / max_position_embeddings - (factor - 1) is "
+            f"{ratio!r} in float64 at seq_len {length!r}, where it must be > 0"
+        )
     try:
-        new_base = theta * ((factor * length / mpe) - (factor - 1)) ** (dim / (dim - 2))
+        new_base = theta * ratio ** (dim / (dim - 2))
     except OverflowError:
         new_base = math.inf
-    # (The power's base is >= 1, but float64 may cancel it to 0 for a huge factor.)
-    if not (math.isfinite(new_base) and new_base > 0):
+    if not math.isfinite(new_base):
         raise ValueError(
-            f"{read.name('factor')}={factor!r} gives rope_type 'dynamic' the base {new_base!r} "
-            f"at seq_len {length!r}, not a finite number > 0"
+            f"{read.name('factor')}={factor!r} and {base_name}={theta!r} give rope_type "
+            f"'dynamic' the base {new_base!r} at seq_len {length!r}, beyond a double's range"
         )
     return lambda: _paper(dim, new_base, "rope_parameters' dynamic base")
 
