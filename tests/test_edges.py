@@ -221,8 +221,9 @@ def test_an_attention_factor_beyond_the_dtype_is_refused_by_name(dtype, scaling)
     assert np.isfinite(sin).all()
 
 
-class Turncoat(Sequence[Any]):
-    """A sequence of one item: True when first read, 0 after."""
+class DuckTurncoat:
+    """A sequence of one item, True when first read and 0 after, with only a
+    __len__ and a __getitem__: all NumPy asks of a sequence."""
 
     def __init__(self) -> None:
         self.reads = 0
@@ -235,6 +236,10 @@ class Turncoat(Sequence[Any]):
             raise IndexError(index)
         self.reads += 1
         return True if self.reads == 1 else 0
+
+
+class Turncoat(DuckTurncoat, Sequence[Any]):
+    """DuckTurncoat as a collections.abc.Sequence."""
 
 
 def test_a_nested_sequence_is_read_once():
@@ -242,23 +247,6 @@ def test_a_nested_sequence_is_read_once():
     # bool check then read 0: a bool was encoded as position 1 without a word.
     with pytest.raises(TypeError, match="got a bool in the sequence"):
         cpe.positional_encoding([Turncoat(), [3]], 8)
-
-
-class DuckTurncoat:
-    """Turncoat without collections.abc.Sequence: only __len__ and __getitem__,
-    which is all NumPy asks of a sequence."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: Any) -> Any:
-        if index != 0:
-            raise IndexError(index)
-        self.reads += 1
-        return True if self.reads == 1 else 0
 
 
 class Items:

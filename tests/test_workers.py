@@ -171,19 +171,21 @@ def test_a_thread_that_cannot_start_leaves_its_part_to_the_calling_thread(monkey
     assert grid.tobytes() == expected_grid.tobytes()
 
 
-@needs_two_cpus
-@pytest.mark.parametrize("lines", [0, 1, 2, 3], ids=lambda n: f"after {n} lines")
-def test_a_part_thread_that_dies_costs_no_wait_and_leaves_no_hole(lines):
-    # A tracing hook that raises kills each new thread: at its first call (it
-    # once waited at a gate for ever, spinning without the GIL), or after a few
-    # lines of Python, before or after its part, whichever line that is. The
-    # calling thread then does every part a thread did not finish. Run in a
-    # process of its own, under a timeout, since a failure may be a hang.
+def _with_dying_parts(expressions: list[str], lines: int) -> None:
+    """Each expression (``{w}``: its workers) gives the bits of workers=1 with
+    workers=2 while a tracing hook kills each new thread: at its first call
+    (``lines`` 0), or after ``lines`` lines of its part. In a process of its own,
+    under a timeout, since a failure may be a hang."""
+    calls = "\n".join(
+        f"assert bits({e.format(w=2)}) == expected[{i}], {e!r}" for i, e in enumerate(expressions)
+    )
     script = f"""
-import sys, threading
+import threading
 import numpy as np
 import cpe
-expected = cpe.positional_encoding_table(8192, 512).tobytes()
+def bits(result):
+    return b"".join(a.tobytes() for a in (result if type(result) is tuple else (result,)))
+expected = [bits(e) for e in ({", ".join(e.format(w=1) for e in expressions)},)]
 def hook(frame, event, arg, seen=[0]):
     if event == "call" and {lines} == 0 or event == "line" and {lines} and (
             frame.f_code.co_name == "part" and seen.append(1) is None and len(seen) > {lines}):
@@ -191,11 +193,8 @@ def hook(frame, event, arg, seen=[0]):
     return hook
 threading.settrace(hook)
 threading.excepthook = lambda args: None  # (the dying threads' reports)
-out = cpe.positional_encoding_table(8192, 512, workers=2)
-grid = cpe.sincos_2d(128, 128, 256, workers=2)
+{calls}
 threading.settrace(None)
-assert out.tobytes() == expected
-assert grid.tobytes() == cpe.sincos_2d(128, 128, 256).tobytes()
 print("ok")
 """
     done = subprocess.run(
@@ -203,6 +202,22 @@ print("ok")
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("lines", [0, 1, 2, 3], ids=lambda n: f"after {n} lines")
+def test_a_part_thread_that_dies_costs_no_wait_and_leaves_no_hole(lines):
+    # A part thread killed at its first call (it once waited at a gate for ever,
+    # spinning without the GIL), or after a few lines of Python, before or after
+    # its part, whichever line that is: the calling thread then does every part
+    # a thread did not finish.
+    _with_dying_parts(
+        [
+            "cpe.positional_encoding_table(8192, 512, workers={w})",
+            "cpe.sincos_2d(128, 128, 256, workers={w})",
+        ],
+        lines,
+    )
 
 
 # Calls large enough to be split into parts (>= 2 parts of 4 MiB): every kind of
@@ -222,35 +237,8 @@ DYING_CALLS = {
 @settings(max_examples=10, deadline=None)
 @given(call=st.sampled_from(sorted(DYING_CALLS)), lines=st.integers(0, 3))
 def test_any_call_whose_part_threads_die_gives_its_bits(call, lines):
-    # The property behind the test above, drawn over every kind of request: part
-    # threads killed at their first call or after a few lines of their part,
-    # and the call still gives the bits of one thread, at once. A child process
-    # under a timeout: a failure may be a hang.
-    expression = DYING_CALLS[call]
-    script = f"""
-import threading
-import numpy as np
-import cpe
-def bits(result):
-    return b"".join(a.tobytes() for a in (result if type(result) is tuple else (result,)))
-expected = bits({expression.format(w=1)})
-def hook(frame, event, arg, seen=[0]):
-    if event == "call" and {lines} == 0 or event == "line" and {lines} and (
-            frame.f_code.co_name == "part" and seen.append(1) is None and len(seen) > {lines}):
-        raise RuntimeError("tracing hook")
-    return hook
-threading.settrace(hook)
-threading.excepthook = lambda args: None
-got = bits({expression.format(w=2)})
-threading.settrace(None)
-assert got == expected, "{call}: other bits"
-print("ok")
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    # The property behind the test above, drawn over every kind of request.
+    _with_dying_parts([DYING_CALLS[call]], lines)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ class Scheme:
     # they are kept in _SCHEMES; None: made on every call.
     key: bytes | None = None
     # What scales the paper's frequencies (whose largest is 1) in make(), for the
-    # errors of frequencies that no position but 0 could be encoded with.
+    # errors of requests whose angles these frequencies take beyond 2**53.
     made_by: str = "rope_parameters"
 
     def frequencies(self) -> npt.NDArray[np.float64] | None:
@@ -106,39 +107,46 @@ class Scheme:
     def check_reach(self, positions: Callable[[], float]) -> None:
         """Refuse, naming what made them so, frequencies whose angles at the
         request's largest |position| (``positions()``) would be beyond 2**53,
-        when the frequencies themselves are beyond the paper's (a factor below
-        1, a base below 1, inv_freq): else the engine would blame the positions.
-        A request within reach (small real positions, say) is left to it."""
-        w = self.frequencies()
-        if w is None or not w.size:
-            return
-        largest = float(np.max(np.abs(w[0])))
-        if not largest > 1.0:
+        when make()'s frequencies are beyond the paper's (a factor below 1, a
+        base below 1 under a scaling scheme, inv_freq): else the engine would
+        blame the positions. A request within reach (small real positions, say)
+        is left to the engine, as are the paper's own frequencies."""
+        largest = self._largest_frequency
+        if not largest > 1.0:  # (the usual case, at once: checked by the engine alone)
             return
         largest_position = positions()
         if not largest * largest_position > 2.0**53:
             return
         raise ValueError(
-            f"{self._scaled_by(w[0])} gives frequencies up to {largest:.3g}: position * "
-            "frequency must be at most 2**53 in magnitude (the range in which cpe's "
-            f"accuracy bound holds), so |position| at most {2.0**53 / largest:.3g}, got "
-            f"{largest_position:.6g}"
+            f"{self._scaled_by(largest_position)} gives frequencies up to {largest:.3g}: "
+            "position * frequency must be at most 2**53 in magnitude (the range in which "
+            f"cpe's accuracy bound holds), so |position| at most {2.0**53 / largest:.3g}, "
+            f"got {largest_position:.6g}"
         )
 
-    def _scaled_by(self, w: npt.NDArray[np.float64]) -> str:
-        """What makes frequencies ``w`` beyond 2**53: the base, when the paper's
-        frequencies of it are beyond 2**53 already at the same pairs (given
-        frequencies use no base); else what make() scales them by."""
+    @cached_property
+    def _largest_frequency(self) -> float:
+        """The largest |w_j| of make()'s frequencies (0 for the paper's, made by
+        the engine, which checks their reach itself)."""
+        w = self.frequencies()
+        return 0.0 if w is None or not w.size else float(np.max(np.abs(w[0])))
+
+    def _scaled_by(self, reach: float) -> str:
+        """What takes the angles at |position| ``reach`` beyond 2**53: the base,
+        when the paper's frequencies of it do so already at the same pairs
+        (given frequencies use no base); else what make() scales them by."""
         if self.made_by == "inv_freq":
             return self.made_by
-        beyond = np.abs(w) > 2.0**53
+        w = self.frequencies()
+        assert w is not None
+        beyond = np.abs(w[0]) * reach > 2.0**53
         try:
             base = float(self.base)
             with np.errstate(all="ignore"):
-                paper = base ** (-2.0 * np.arange(w.size) / self.width) if base > 0 else None
+                paper = base ** (-2.0 * np.arange(w.shape[1]) / self.width) if base > 0 else None
         except (TypeError, ValueError, OverflowError):
             paper = None
-        if paper is None or np.any(paper[beyond] > 2.0**53):
+        if paper is None or np.any(paper[beyond] * reach > 2.0**53):
             return f"{self.base_name}={self.base!r}"
         return self.made_by
 
