@@ -661,3 +661,17 @@ def test_arbitrary_calls_keep_the_contract(mode, data):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning may escape
         apply_contract.check(call, mode)
+
+
+def test_the_contract_compares_an_accepted_hostile_call_in_place_with_x_before():
+    # A hostile argument cpe accepts (nested-list positions) with out=x: x holds the
+    # result afterwards, so the reference must be computed from x as it was.
+    x = values((1, 2, 1, 2))
+    call = apply_contract.ApplyCall(
+        "apply_rope", x,
+        {"layout": "half", "inverse": True, "base": 5e5, "out": x, "positions": [[0.5], [1]]},
+        blame="positions", arrays=[x],
+    )  # fmt: skip
+    want = apply_contract.reference(call)
+    assert apply_contract.check(call, "one_bad") is None
+    np.testing.assert_array_equal(x, want)
