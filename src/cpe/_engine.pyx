@@ -400,39 +400,36 @@ cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
 
 cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,
                                 Py_ssize_t n_freq) noexcept nogil:
-    # (sin, cos)(x + y) from the pair rows of x (a) and y (b), as a pair row.
+    # (sin, cos)(x + y) from the pair rows of x (b) and y (a), as a pair row.
     cdef const double* rows[4]
     rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
-    cpe_chain_blocked_double(pair_row, pair_row + n_freq, rows, 2, n_freq, n_freq)
+    _product_chain(pair_row, rows, 2, n_freq)
 
 
-cdef inline void _store_product(floating* row, const double* a, const double* b,
-                                const columns* c, Py_ssize_t width) noexcept nogil:
-    # Row of the encoding of x + y from the pair rows of x (a) and y (b).
-    cdef const double* rows[4]
-    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
-    _store_chain(row, rows, 2, c, width)
+cdef inline void _product_chain(double* pair_row, const double** chain, int count,
+                                Py_ssize_t n_freq) noexcept nogil:
+    # The pair row of the sum of the angles of a chain of 1 to 4 pair rows
+    # (highest first, see cpe_rows.h), none of them ``pair_row``.
+    cpe_chain_blocked_double(pair_row, pair_row + n_freq, chain, count, n_freq, n_freq)
 
 
-cdef inline void _store_rope_product(floating* cos_row, floating* sin_row, const double* a,
-                                     const double* b, const fill_request* r) noexcept nogil:
-    # RoPE's rows of x + y from the pair rows of x (a) and y (b): the values of
-    # _store_product times the amplitude, written once where they go in both tables.
-    cdef const double* rows[4]
-    rows[0], rows[1], rows[2], rows[3] = b, a, NULL, NULL
+cdef inline void _store_rope_chain(floating* cos_row, floating* sin_row, const double** rows,
+                                   int count, const fill_request* r) noexcept nogil:
+    # RoPE's rows of the sum of the angles of a chain: the values _store_chain
+    # stores, times the amplitude, written once where they go in both tables.
     if r.store == STORE_ROPE_HALF:
         if floating is double:
-            cpe_chain_rope_half_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+            cpe_chain_rope_half_double(cos_row, sin_row, rows, count, r.n_freq, r.n_freq,
                                        r.amplitude, r.columns, r.half_at)
         else:
-            cpe_chain_rope_half_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+            cpe_chain_rope_half_float(cos_row, sin_row, rows, count, r.n_freq, r.n_freq,
                                       r.amplitude, r.columns, r.half_at)
     else:
         if floating is double:
-            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+            cpe_chain_rope_interleaved_double(cos_row, sin_row, rows, count, r.n_freq, r.n_freq,
                                               r.amplitude, r.columns, r.half_at)
         else:
-            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, 2, r.n_freq, r.n_freq,
+            cpe_chain_rope_interleaved_float(cos_row, sin_row, rows, count, r.n_freq, r.n_freq,
                                              r.amplitude, r.columns, r.half_at)
 
 
@@ -517,19 +514,22 @@ cdef inline void _sink_row_done(row_sink* r, floating* out, floating* sin_out,
         r.slot = 0
 
 
-cdef inline void _stream_pieces(const row_sink* r, floating* row, const double* a,
-                                const double* b, Py_ssize_t n_freq) noexcept nogil:
-    """The interleaved row of x + y (see _store_product) at ``row``, built and
+cdef inline void _stream_pieces(const row_sink* r, floating* row, const double** chain,
+                                int count, Py_ssize_t n_freq) noexcept nogil:
+    """The interleaved row of a chain (see _store_chain) at ``row``, built and
     streamed a piece of pairs at a time through the sink's buffer."""
     cdef const double* rows[4]
     cdef Py_ssize_t j = 0, m
+    cdef int k
+    rows[0] = rows[1] = rows[2] = rows[3] = NULL
     while j < n_freq:
         m = min(_PIECE_PAIRS, n_freq - j)
-        rows[0], rows[1], rows[2], rows[3] = b + j, a + j, NULL, NULL
+        for k in range(count):
+            rows[k] = chain[k] + j
         if floating is double:
-            cpe_chain_interleaved_double(<double*>r.chunk[0], NULL, rows, 2, m, n_freq)
+            cpe_chain_interleaved_double(<double*>r.chunk[0], NULL, rows, count, m, n_freq)
         else:
-            cpe_chain_interleaved_float(<float*>r.chunk[0], NULL, rows, 2, m, n_freq)
+            cpe_chain_interleaved_float(<float*>r.chunk[0], NULL, rows, count, m, n_freq)
         cpe_stream_bytes(<char*>(row + 2 * j), r.chunk[0], 2 * m * sizeof(floating))
         j += m
 
@@ -592,70 +592,18 @@ cdef inline void _store_chain(floating* row, const double** chain, int count,
         row[j] = 0
 
 
-cdef inline void _negate_sines(floating* row, const columns* c) noexcept nogil:
-    # The stored sines of -p from those of p, as the fill loop's negated pair row
-    # times the identity gives them: 0 - x, so that a zero sine stays +0.
-    cdef Py_ssize_t j
-    cdef floating zero = 0
-    for j in range(c.n_sin):
-        row[c.sin_at + j * c.sin_step] = zero - row[c.sin_at + j * c.sin_step]
-
-
-cdef inline int _one_position(floating* row, double p, Py_ssize_t width, Py_ssize_t n_freq,
-                              const columns* c, cpe_levels* lv, const double* w_hi,
-                              const double* w_lo) noexcept nogil:
-    """One integer position 0 < |p| < radix**n_levels (so one to four non-zero
-    digits): its digit rows, kept ones or made into scratch as _level_row makes
-    them, multiplied in registers highest first, as the loop below multiplies them
-    (the same bits, without the loop's scratch rows). CPE_OK or CPE_ERR_NOMEM;
-    -1, with nothing written, for any other position."""
-    cdef const double* factors[4]
-    cdef long long m, digit
-    cdef int k, count = 0
-    cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef double* owned = NULL
-    factors[0] = factors[1] = factors[2] = factors[3] = NULL
-    if not (floor(p) == p and fabs(p) < 4611686018427387904.0) or lv.n_levels > 4:  # 2**62
-        return -1
-    if floating is float and p < 0:
-        # The loop negates a sine in double before it is rounded: a sine below
-        # the float range would round to -0 there, to +0 negated after rounding.
-        return -1
-    m = <long long>fabs(p)
-    if m == 0 or m >> (lv.shift * lv.n_levels):
-        return -1
-    for k in range(lv.n_levels - 1, -1, -1):
-        digit = (m >> (lv.shift * k)) & (lv.radix - 1)
-        if digit == 0:
-            continue
-        if owned == NULL and (lv.rows == NULL or cpe_state_get(
-                lv.state + k * lv.radix + digit) != CPE_ROW_READY):
-            # (A row seen made stays made: _level_row returns it without a spare.)
-            if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // lv.n_levels:
-                return CPE_ERR_NOMEM
-            owned = <double*>malloc(sizeof(double) * (lv.n_levels * row_doubles + 8))
-            if owned == NULL:
-                return CPE_ERR_NOMEM
-        factors[count] = _level_row(lv, k, digit,
-                                    _line_start(owned) + k * row_doubles if owned != NULL
-                                    else NULL, w_hi, w_lo, n_freq)
-        count += 1
-    _store_chain(row, factors, count, c, width)
-    if p < 0:
-        _negate_sines(row, c)
-    free(owned)
-    return CPE_OK
-
-
 # ---- the one fill loop ----
 # Every row of every request is made here, from the decomposition of cpe_fill.h:
 # an integer position's row is the product of the rows of its high part H and of
 # its digits, highest first (a zero digit, or no H, is the identity and skipped),
 # and its negative has the sines negated; any other position's row is computed
-# directly. The products of the upper digits are kept while they stay the same,
-# so consecutive positions cost one product each. Every row, even one with a
-# single factor, is stored as a product (with the identity row (0, 1), which is
-# exact): one store path for all rows, streamed or not.
+# directly. A row is stored from its factors, a chain of one to four pair rows
+# multiplied highest first as it is stored (position 0: the identity row (0, 1)):
+# one store path for all rows, streamed or not. In a part of several rows the
+# products of H and the upper digits are kept while they stay the same, so that
+# consecutive positions cost one product each; a part of one row chains its
+# factors without making those products. Either way every product is rounded in
+# the same order: the same bits.
 
 cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double* spare,
                                      const double* w_hi, const double* w_lo,
@@ -806,12 +754,13 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
     cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
     if count == 0 or r.width == 0 or r.n_freq == 0:
         return CPE_OK
-    cdef Py_ssize_t row_doubles = 2 * r.n_freq, j
+    cdef Py_ssize_t row_doubles = 2 * r.n_freq
     cdef Py_ssize_t radix = s.own.radix
     cdef int n_levels = s.own.n_levels
-    # Scratch, each a pair row on a cache line: the identity, the row of H, one for
-    # a direct or negated row, the products of the digits above level k (k >= 1),
-    # and a spare row per level (see _level_row).
+    # Scratch, each a pair row on a cache line: the identity (made by a part when
+    # it meets position 0), the row of H, one for a direct or negated row, the
+    # products of the digits above level k (k >= 1), and a spare row per level
+    # (see _level_row).
     cdef Py_ssize_t scratch_rows = 2 * n_levels + 2
     if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // scratch_rows:
         return CPE_ERR_NOMEM
@@ -834,10 +783,6 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
                                      and 2 * r.n_freq == r.width, _whole_rows(r)) != CPE_OK:
         scratch_free(s)
         return CPE_ERR_NOMEM
-    cdef double* identity = _line_start(s.owned)
-    for j in range(r.n_freq):
-        identity[j] = 0.0
-        identity[r.n_freq + j] = 1.0
     return CPE_OK
 
 
@@ -875,24 +820,6 @@ cdef int fill(const fill_request* r) noexcept nogil:
     if status != CPE_OK or r.n == 0 or r.width == 0:
         return status
     cdef fill_scratch s
-    cdef columns c
-    cdef double p
-    cdef cpe_levels* levels
-    if r.n == 1 and r.n_freq and r.store <= CPE_LAYOUT_COS_SIN:
-        _columns(r.width, r.n_freq, r.store, &c)
-        s.own.rows = NULL
-        s.own.state = NULL
-        cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
-        p = r.positions[0] if r.positions != NULL else r.start
-        levels = r.levels if r.levels != NULL else &s.own
-        if r.float32:
-            status = _one_position(<float*>r.out, p, r.width, r.n_freq, &c, levels, r.w_hi,
-                                   r.w_lo)
-        else:
-            status = _one_position(<double*>r.out, p, r.width, r.n_freq, &c, levels, r.w_hi,
-                                   r.w_lo)
-        if status != -1:
-            return status
     status = scratch_new(r, 0, r.n, r.n, &s)
     if status == CPE_OK:
         fill_part(r, &s, 0, r.n)
@@ -902,18 +829,33 @@ cdef int fill(const fill_request* r) noexcept nogil:
 
 cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns* c,
                             floating* out, floating* sin_out, Py_ssize_t i, Py_ssize_t last,
-                            const double* a, const double* b) noexcept nogil:
-    """Row i of the part at ``out`` (and ``sin_out``), the product of the pair rows
-    a and b, stored as the request's store says: the one place a store is chosen."""
+                            const double** chain, int count) noexcept nogil:
+    """Row i of the part at ``out`` (and ``sin_out``), the sum of the angles of a
+    chain of 1 to 4 pair rows, stored as the request's store says: the one place
+    a store is chosen."""
     cdef floating* row = _sink_row(sink, out, i, r.row_stride, 0)
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
     if sink.pieces:
-        _stream_pieces(sink, row, a, b, r.n_freq)
+        _stream_pieces(sink, row, chain, count, r.n_freq)
     elif rope:
-        _store_rope_product(row, _sink_row(sink, sin_out, i, r.row_stride, 1), a, b, r)
+        _store_rope_chain(row, _sink_row(sink, sin_out, i, r.row_stride, 1), chain, count, r)
     else:
-        _store_product(row, a, b, c, r.width)
+        _store_chain(row, chain, count, c, r.width)
     _sink_row_done(sink, out, sin_out if rope else NULL, i, last, r.width)
+
+
+cdef inline int _push(const double** chain, int count, const double* row, double* spare,
+                      Py_ssize_t n_freq) noexcept nogil:
+    # ``row`` appended to a chain of ``count`` rows; a full chain is first made
+    # into one row at ``spare`` (the sums of the angles taken in the same order:
+    # the same bits). A row has at most five factors (H and four digits), so
+    # a chain is folded at most once and ``spare`` is never in it.
+    if count == 4:
+        _product_chain(spare, chain, 4, n_freq)
+        chain[0] = spare
+        count = 1
+    chain[count] = row
+    return count + 1
 
 
 cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, double start,
@@ -944,16 +886,19 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
 
     cdef long long prefix[8]
     cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
+    cdef const double* chain[4]  # the factors of a row, highest first
     cdef long long m, high, current_high = -1, key
     cdef Py_ssize_t d
-    cdef int k, top_shift = shift * n_levels
+    cdef int k, count, top_shift = shift * n_levels
+    cdef bint keep = n > 1  # whether the products of the upper digits are kept
+    cdef bint made_identity = False
     cdef double p
-    cdef const double* a
-    cdef const double* b
+    chain[0] = chain[1] = chain[2] = chain[3] = NULL
     for k in range(n_levels):
         prefix[k] = -1
     for i in range(n):
         p = positions[i] if positions != NULL else start + <double>i
+        count = 0
         if floor(p) == p and fabs(p) < 4611686018427387904.0:  # 2**62
             m = <long long>fabs(p)
             high = m >> top_shift
@@ -964,36 +909,59 @@ cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, 
                 upper[n_levels] = high_row if high else NULL
                 for k in range(n_levels):
                     prefix[k] = -1
-            for k in range(n_levels - 1, 0, -1):
-                key = m >> (shift * k)
-                if key != prefix[k]:
-                    prefix[k] = key
-                    d = key & (radix - 1)
-                    if d == 0:
-                        upper[k] = upper[k + 1]
-                    elif upper[k + 1] == NULL:
-                        upper[k] = _level_row(levels, k, d, spares + k * row_doubles, w_hi,
-                                              w_lo, n_freq)
-                    else:
-                        _product_pairs(products + (k - 1) * row_doubles,
-                                       _level_row(levels, k, d, spares + k * row_doubles,
-                                                  w_hi, w_lo, n_freq),
-                                       upper[k + 1], n_freq)
-                        upper[k] = products + (k - 1) * row_doubles
+            if keep:  # the digits above level 0 that changed since the last row
+                for k in range(n_levels - 1, 0, -1):
+                    key = m >> (shift * k)
+                    if key != prefix[k]:
+                        prefix[k] = key
+                        d = key & (radix - 1)
+                        if d == 0:
+                            upper[k] = upper[k + 1]
+                        elif upper[k + 1] == NULL:
+                            upper[k] = _level_row(levels, k, d, spares + k * row_doubles,
+                                                  w_hi, w_lo, n_freq)
+                        else:
+                            _product_pairs(products + (k - 1) * row_doubles,
+                                           _level_row(levels, k, d, spares + k * row_doubles,
+                                                      w_hi, w_lo, n_freq),
+                                           upper[k + 1], n_freq)
+                            upper[k] = products + (k - 1) * row_doubles
+                if upper[1] != NULL:
+                    chain[0] = upper[1]
+                    count = 1
+            else:  # one row: its factors in one chain, without kept products
+                if high:
+                    chain[0] = high_row
+                    count = 1
+                for k in range(n_levels - 1, 0, -1):
+                    d = (m >> (shift * k)) & (radix - 1)
+                    if d:
+                        count = _push(chain, count, _level_row(
+                            levels, k, d, spares + k * row_doubles, w_hi, w_lo, n_freq),
+                            products, n_freq)
             d = m & (radix - 1)
-            a = _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq) if d else identity
-            b = upper[1] if upper[1] != NULL else identity
-            if p < 0:
-                _product_pairs(direct, a, b, n_freq)
+            if d:
+                count = _push(chain, count, _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq),
+                              products, n_freq)
+            if p < 0:  # the row of |p|, its sines negated in double
+                _product_chain(direct, chain, count, n_freq)
                 for j in range(n_freq):
                     direct[j] = -direct[j]
-                a = direct
-                b = identity
+                chain[0] = direct
+                count = 1
         else:
             _sincos_row(direct, p, w_hi, w_lo, n_freq)
-            a = direct
-            b = identity
-        _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, a, b)
+            chain[0] = direct
+            count = 1
+        if count == 0:  # position 0
+            if not made_identity:
+                for j in range(n_freq):
+                    identity[j] = 0.0
+                    identity[n_freq + j] = 1.0
+                made_identity = True
+            chain[0] = identity
+            count = 1
+        _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, chain, count)
 
 
 # ---- encodings applied: a block of rows at a time, then the caller's rows ----
