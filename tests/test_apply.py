@@ -624,7 +624,7 @@ def test_errors_name_what_was_given():
         cpe.apply_rope(x, np.zeros((3, 4)), rope_parameters={"mrope_section": [1, 1, 2]})
     with pytest.raises(TypeError, match="must not be a masked array"):
         cpe.apply_rope(np.ma.masked_array(values((2, 8))))
-    with pytest.raises(ValueError, match="axes_dim: RoPE is applied with 8 axes at most"):
+    with pytest.raises(ValueError, match="axes_dim gives 8 axes at most, got 9"):
         cpe.apply_rope(values((2, 18)), np.zeros((2, 9)), axes_dim=(2,) * 9, layout="interleaved")
 
 

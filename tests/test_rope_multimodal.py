@@ -123,6 +123,25 @@ def test_axial_blocks_are_the_1d_tables(layout, dtype):
         first += width
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_axes_whose_positions_repeat_are_the_1d_tables(layout, dtype):
+    # A row walks only the axes whose position changed since the row before (a
+    # row depends on its position alone): runs of one position, -0.0 after 0.0,
+    # fractions and negatives, in one part and in two (of 10 MiB).
+    column = np.array([0.0, -0.0, 0.0, 5, 5, 5, -5, -5, 2.5, 2.5, 0, 7, 7, 1e5, 1e5, -0.0])
+    ids = np.stack([np.repeat(column, 3), np.tile(column, 3), np.arange(48) % 4 - 2.0], -1)
+    ids = np.tile(ids, (3500, 1))
+    axes_dim = (8, 16, 8)
+    want = [cpe.rope_cos_sin(ids[:, axis].copy(), width, layout=layout, dtype=dtype)
+            for axis, width in enumerate(axes_dim)]  # fmt: skip
+    for workers in (1, 2):
+        cos, sin = cpe.rope_cos_sin(ids, 32, axes_dim=axes_dim, layout=layout, dtype=dtype,
+                                    workers=workers)  # fmt: skip
+        np.testing.assert_array_equal(cos, np.concatenate([c for c, _ in want], axis=-1))
+        np.testing.assert_array_equal(sin, np.concatenate([s for _, s in want], axis=-1))
+
+
 def test_axial_is_exact_at_a_million():
     ids = np.array([[999_999, 3, 777_777], [0, 1, 2]])
     cos, sin = cpe.rope_cos_sin(ids, 20, axes_dim=[4, 8, 8], layout="interleaved", base=1e4)

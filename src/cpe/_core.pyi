@@ -147,7 +147,7 @@ def rope_fill(
     base_name: str = "base",
 ) -> None: ...
 
-APPLY_MAX_AXES: int
+MAX_AXES: int
 
 def rope_axes(axes: list[Any], base: object, base_name: str, n_freq: int) -> tuple[Any, ...]: ...
 def encoding_axes(

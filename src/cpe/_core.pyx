@@ -59,6 +59,7 @@ from cpe._engine cimport (
     ROW_FLOAT16,
     ROW_FLOAT32,
     ROW_FLOAT64,
+    FILL_MAX_AXES,
     STORE_ROPE_HALF,
     STORE_ROPE_INTERLEAVED,
     cpe_level_shape,
@@ -613,37 +614,29 @@ cdef Py_ssize_t _PART_BYTES = PART_BYTES
 
 cdef int _fill_encoding(target, char* sin_data, const double* positions, double start,
                         Py_ssize_t n, _Encoding enc, int store, str name,
-                        double amplitude=1.0, Py_ssize_t workers=1, Py_ssize_t row_stride=0,
-                        Py_ssize_t first_column=0, const Py_ssize_t* columns=NULL,
-                        Py_ssize_t half_at=-1) except -1:
+                        double amplitude=1.0, Py_ssize_t workers=1) except -1:
     """The engine's fill loop into ``target`` (float64 or float32): the rows of
     ``positions``, or of ``start + i`` when it is NULL; RoPE's sin table at
     ``sin_data`` for RoPE's stores, its values times ``amplitude``. ``name``: the
     argument the positions come from, for the errors. Large outputs are filled by
-    up to ``workers`` threads, a range of rows each (see _Parts). For one axis of
-    a multi-axis RoPE table, ``target`` and ``sin_data`` point at its first
-    column, rows ``row_stride`` values apart (0: whole rows), its columns placed
-    by ``column_step`` and ``half_at`` (-1: those of a whole table; see
-    fill_request)."""
+    up to ``workers`` threads, a range of rows each (see _Parts)."""
     if n == 0 or enc.width == 0:
         return 0
     cdef _Levels kept = _levels_of(enc)  # alive while the loop reads its rows
     cdef cpe_levels* levels = NULL if kept is None else &kept.c
     cdef fill_request r = fill_request(
-        out=_address(target) + first_column * cnp.PyArray_ITEMSIZE(<cnp.ndarray>target),
-        sin_out=sin_data, positions=positions, start=start, n=n,
-        width=enc.width, row_stride=row_stride if row_stride else enc.width,
-        float32=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
+        out=_address(target), sin_out=sin_data, positions=positions, start=start, n=n,
+        width=enc.width, float32=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32,
         w_hi=enc.w_hi, w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max,
-        levels=levels, store=store, amplitude=amplitude, columns=columns,
-        half_at=half_at if half_at >= 0 else enc.n_freq)
-    return _run_request(&r, enc, kept, name, workers)
+        levels=levels, axes=NULL, n_axes=0, store=store,
+        amplitude=amplitude, columns=NULL, half_at=enc.n_freq)
+    return _run_request(&r, kept, name, workers)  # (the caller holds enc)
 
 
-cdef int _run_request(fill_request* r, _Encoding enc, _Levels kept, str name,
-                      Py_ssize_t workers) except -1:
-    """A request filled, by up to ``workers`` threads when large (see _fill_encoding)."""
-    cdef Py_ssize_t parts = 1, row_bytes = r.row_stride * (4 if r.float32 else 8)
+cdef int _run_request(fill_request* r, owners, str name, Py_ssize_t workers) except -1:
+    """A request filled, by up to ``workers`` threads when large (see _fill_encoding);
+    ``owners``: what its pointers point into that the caller may let go of."""
+    cdef Py_ssize_t parts = 1, row_bytes = r.width * (4 if r.float32 else 8)
     cdef Py_ssize_t total = r.n * row_bytes * (1 if r.sin_out == NULL else 2)
     cdef int status
     if workers > 1 and total >= 2 * _PART_BYTES:  # (else one part, without a Python call)
@@ -652,7 +645,7 @@ cdef int _run_request(fill_request* r, _Encoding enc, _Levels kept, str name,
         with nogil:
             status = _engine.fill_check(r)
         _raise_for(status, name)
-        return _raise_for(_Parts(enc, kept).run(r, row_bytes, parts), name)
+        return _raise_for(_Parts(owners).run(r, row_bytes, parts), name)
     if r.n * r.width < _NOGIL_VALUES:
         return _raise_for(_engine.fill(r), name)
     with nogil:
@@ -674,7 +667,7 @@ cdef class _Parts:
     cdef list bounds
     cdef object owners  # what the request's pointers point into
 
-    def __cinit__(self, *owners):
+    def __cinit__(self, owners):
         self.owners = owners
 
     def __dealloc__(self):
@@ -1088,9 +1081,9 @@ cdef object _checked_positions(positions, double start, Py_ssize_t rows, double 
         all_positions = <const double*>_address(pos)
     cdef fill_request check = fill_request(
         out=NULL, sin_out=NULL, positions=all_positions, start=start,
-        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, row_stride=0, float32=False,
-        w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, store=CPE_LAYOUT_SIN_COS,
-        amplitude=1.0, columns=NULL, half_at=0)
+        n=rows if pos is None else cnp.PyArray_SIZE(pos), width=0, float32=False,
+        w_hi=NULL, w_lo=NULL, n_freq=0, w_max=w_max, levels=NULL, axes=NULL, n_axes=0,
+        store=CPE_LAYOUT_SIN_COS, amplitude=1.0, columns=NULL, half_at=0)
     _raise_for(_engine.fill_check(&check), name)
     return pos
 
@@ -1102,20 +1095,71 @@ cdef inline const void* _data_or_null(array) noexcept:
     return cnp.PyArray_DATA(<cnp.ndarray>array)
 
 
-cdef object _axis_arrays(pos, index, columns):
-    """An axis' positions (``pos[index]``, or all of ``pos``; None stays None) and
-    its column map (None, or intp), each C-contiguous."""
-    axis = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
-    if columns is not None:
-        columns = np.ascontiguousarray(columns, dtype=np.intp)
-    return axis, columns
+cdef list _set_angles(fill_request* r, fill_request* axes, list axis_list, list encodings,
+                      pos, double start, bint now):
+    """The angles of ``r`` (its n set): of its one axis, or of the several of
+    ``axis_list`` (see rope_fill) at ``axes`` (room for FILL_MAX_AXES), the
+    positions of each ``pos[index]`` (or all of ``pos``; None: from ``start``).
+    ``now``: see _levels_of. What their pointers point into."""
+    cdef int k, count = len(encodings)
+    if count > FILL_MAX_AXES:
+        raise ValueError(f"at most {FILL_MAX_AXES} axes, got {count}")
+    cdef _Encoding enc
+    cdef _Levels kept
+    cdef fill_request* axis
+    owners = []
+    for k in range(count):
+        enc = encodings[k]
+        index = axis_list[k][0]
+        positions = pos if index is None or pos is None else np.ascontiguousarray(pos[index])
+        kept = _levels_of(enc, now)
+        owners += [enc, positions, kept]
+        axis = r if count == 1 else &axes[k]
+        if count > 1:
+            axis[0] = r[0]
+        axis.positions = <const double*>_data_or_null(positions)
+        axis.start = start
+        axis.w_hi, axis.w_lo, axis.n_freq, axis.w_max = enc.w_hi, enc.w_lo, enc.n_freq, enc.w_max
+        axis.levels = NULL if kept is None else &kept.c
+    r.axes = NULL if count == 1 else axes
+    r.n_axes = 0 if count == 1 else count
+    return owners
+
+
+cdef object _column_map(list axis_list, list encodings, bint pairs, Py_ssize_t half_at):
+    """The columns of the frequencies of the axes in a row, as fill_request's
+    ``columns`` (an intp array), or None when they are a whole row's, in order,
+    with the request's ``half_at``. Each of ``axis_list`` is (index,
+    frequencies, first, columns, half_at) (see rope_fill); ``pairs``: an
+    interleaved table's (whose ``first`` is twice its first pair)."""
+    cdef Py_ssize_t running = 0, n_k, first, at
+    cdef bint whole = True
+    cdef _Encoding enc
+    for enc, (_, _, first, columns, at) in zip(encodings, axis_list):
+        n_k = enc.n_freq
+        first = first // 2 if pairs else first
+        if (columns is not None or first != running
+                or (not pairs and (at if at >= 0 else n_k) != half_at)):
+            whole = False
+        running += n_k
+    if whole:
+        return None
+    firsts, seconds = [], []
+    for enc, (_, _, first, columns, at) in zip(encodings, axis_list):
+        n_k = enc.n_freq
+        c = (first // 2 if pairs else first) + (
+            np.arange(n_k) if columns is None else np.asarray(columns))
+        firsts.append(c)
+        seconds.append(c + (at if at >= 0 else n_k))
+    return np.ascontiguousarray(np.concatenate(firsts if pairs else firsts + seconds),
+                                dtype=np.intp)
 
 
 def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint interleaved,
               double amplitude, Py_ssize_t workers, str name, str base_name="base"):
     """RoPE: the checked tables ``cos`` and ``sin`` (of shape (..., head_dim),
-    dtype ``dt``) filled axis by axis, each axis written straight into its
-    columns, every value the one the one-axis table of that axis gives.
+    dtype ``dt``) filled, the frequencies of every axis written straight into
+    their columns, every value the one the one-axis table of that axis gives.
 
     ``positions``: the array as_positions returned, of every axis, or None for a
     table of consecutive positions from ``start`` (integral, checked by
@@ -1125,34 +1169,32 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     the positions of the axis are ``positions[index]`` (index None: all of them);
     ``frequencies`` is an even width (the paper's frequencies of ``base``, checked
     here) or a (2, k) array of double-doubles (see _given_encoding); its values go
-    to the columns of fill_request's ``columns`` (None: its own, in order; else an
-    intp array of k, relative to ``first``) and ``half_at`` (-1: a whole
-    table's), from column ``first``.
-    Values are times ``amplitude``. Up to ``workers`` threads fill large axes (see
-    _fill_encoding). ``base_name`` names ``base`` in its errors.
+    to column ``first`` + c_j, c_j = ``columns[j]`` (None: j), and, "half", to
+    that plus ``half_at`` too (-1: the axis' own k, its whole table's).
+    Values are times ``amplitude``. Up to ``workers`` threads fill large tables
+    (see _fill_encoding). ``base_name`` names ``base`` in its errors.
     """
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
     if size == 0:
         return None
     encodings, w_max = _axis_encodings(axes, base, base_name)
-    cdef _Encoding enc
     cdef Py_ssize_t head_dim = cnp.PyArray_DIM(<cnp.ndarray>cos, cnp.PyArray_NDIM(cos) - 1)
-    cdef Py_ssize_t rows = size // head_dim
+    cdef Py_ssize_t rows = size // head_dim, n_freq = head_dim // 2
     pos = _checked_positions(positions, start, rows, w_max, name)
     cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
     target = np.empty((2, size), dtype=np.float64) if narrow else cos
+    columns = _column_map(axes, encodings, interleaved, n_freq)
+    cdef fill_request axis_requests[8]
     cdef char* sin_data = _address(target) + size * 8 if narrow else _address(sin)
-    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(<cnp.ndarray>target)
-    cdef int store = STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF
-    cdef Py_ssize_t first
-    cdef const double* axis_positions
-    cdef const Py_ssize_t* column_map
-    for enc, (index, _, first, columns, half_at) in zip(encodings, axes):
-        axis, columns = _axis_arrays(pos, index, columns)
-        axis_positions = <const double*>_data_or_null(axis)
-        column_map = <const Py_ssize_t*>_data_or_null(columns)
-        _fill_encoding(target, sin_data + first * itemsize, axis_positions, start, rows, enc,
-                       store, name, amplitude, workers, head_dim, first, column_map, half_at)
+    cdef fill_request r = fill_request(
+        out=_address(target), sin_out=sin_data, positions=NULL, start=start, n=rows, width=head_dim,
+        float32=cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_FLOAT32, w_hi=NULL,
+        w_lo=NULL, n_freq=n_freq, w_max=w_max, levels=NULL, axes=NULL, n_axes=0,
+        store=STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF,
+        amplitude=amplitude, columns=<const Py_ssize_t*>_data_or_null(columns),
+        half_at=n_freq)
+    owners = _set_angles(&r, axis_requests, axes, encodings, pos, start, False)
+    _run_request(&r, (owners, columns), name, workers)
     if narrow:
         _round_into(cos, target[0])
         _round_into(sin, target[1])
@@ -1235,14 +1277,17 @@ cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) n
 
 
 # The most axes an encoding applied has (axial RoPE's axes_dim).
-APPLY_MAX_AXES = _engine.APPLY_MAX_AXES
+MAX_AXES = _engine.FILL_MAX_AXES
 
 
 def rope_axes(list axes, base, str base_name, Py_ssize_t n_freq):
     """RoPE's axes (see apply_rows) with their encodings, rotating ``n_freq``
     pairs: what a parsed encoding keeps, so that each call finds them at once."""
+    if len(axes) > MAX_AXES:
+        raise ValueError(f"at most {MAX_AXES} axes, got {len(axes)}")
     encodings, w_max = _axis_encodings(axes, base, base_name)
-    return axes, encodings, w_max, STORE_ROPE_HALF, n_freq, 2 * n_freq, False
+    return (axes, encodings, w_max, STORE_ROPE_HALF, n_freq, 2 * n_freq, False,
+            _column_map(axes, encodings, False, 0))
 
 
 def encoding_axes(D, double base, double scale, convention, layout, freq_shift):
@@ -1252,7 +1297,8 @@ def encoding_axes(D, double base, double scale, convention, layout, freq_shift):
     cdef int code
     cdef _Encoding enc = _encoding(width, base, scale, convention, layout, freq_shift, True,
                                    &code)
-    return [(None, None, 0, None, enc.n_freq)], [enc], enc.w_max, code, 0, width, True
+    return ([(None, None, 0, None, enc.n_freq)], [enc], enc.w_max, code, enc.n_freq, width, True,
+            None)
 
 
 def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
@@ -1281,33 +1327,16 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
         size += cnp.PyArray_SIZE(<cnp.ndarray>target[1])
     if n == 0 or size == 0:
         return None  # (nothing to change: not even the positions are read)
-    axis_list, encodings, w_max, store, n_freq, table_width, add = axes
+    axis_list, encodings, w_max, store, n_freq, table_width, add, columns = axes
     pos = _checked_positions(positions, start, n, w_max, name)
-    if len(axis_list) > _engine.APPLY_MAX_AXES:
-        raise ValueError(f"at most {_engine.APPLY_MAX_AXES} axes, got {len(axis_list)}")
-    cdef fill_request requests[8]
-    cdef Py_ssize_t first_columns[8]
-    cdef _Encoding enc
-    cdef _Levels kept
-    cdef const double* axis_positions
-    cdef const Py_ssize_t* column_map
-    cdef cpe_levels* levels
-    cdef int k = 0
-    owners = [targets]
-    for enc, (index, _, first, columns, half_at) in zip(encodings, axis_list):
-        axis, columns = _axis_arrays(pos, index, columns)
-        kept = _levels_of(enc, n > 1)
-        owners += [axis, columns, kept]
-        axis_positions = <const double*>_data_or_null(axis)
-        column_map = <const Py_ssize_t*>_data_or_null(columns)
-        levels = NULL if kept is None else &kept.c
-        requests[k] = fill_request(
-            out=NULL, sin_out=NULL, positions=axis_positions, start=start, n=n,
-            width=enc.width, row_stride=table_width, float32=False, w_hi=enc.w_hi,
-            w_lo=enc.w_lo, n_freq=enc.n_freq, w_max=enc.w_max, levels=levels, store=store,
-            amplitude=1.0 if add else amplitude, columns=column_map, half_at=half_at)
-        first_columns[k] = first
-        k += 1
+    cdef fill_request axis_requests[8]
+    cdef fill_request angles = fill_request(
+        out=NULL, sin_out=NULL, positions=NULL, start=start, n=n, width=table_width,
+        float32=False, w_hi=NULL, w_lo=NULL, n_freq=n_freq, w_max=w_max, levels=NULL,
+        axes=NULL, n_axes=0, store=store, amplitude=1.0 if add else amplitude,
+        columns=<const Py_ssize_t*>_data_or_null(columns), half_at=n_freq if add else 0)
+    owners = [targets, columns, _set_angles(&angles, axis_requests, axis_list, encodings, pos,
+                                            start, n > 1)]
     cdef Py_ssize_t count = len(targets), t, values = 0, nbytes = 0
     cdef rotation* rotations = <rotation*>PyMem_Calloc(count, sizeof(rotation))
     if rotations == NULL:
@@ -1330,12 +1359,9 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
                 heads_inner=rows.heads_inner)
             values += cnp.PyArray_SIZE(y)
             nbytes += cnp.PyArray_NBYTES(y)
-        a = apply_request(axes=NULL, first_columns=NULL, n_axes=k, n=n, n_freq=n_freq,
-                          table_width=table_width, add=add, x_scale=x_scale,
+        a = apply_request(angles=&angles, n=n, add=add, x_scale=x_scale,
                           interleaved=interleaved, inverse=inverse, targets=rotations,
                           n_targets=count)
-        a.axes = &requests[0]
-        a.first_columns = &first_columns[0]
         status = _engine.apply_check(&a)
         _raise_for(status, name)
         if workers > 1:

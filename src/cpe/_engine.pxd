@@ -28,8 +28,11 @@ cdef enum:
     STORE_ROPE_HALF = 3
     STORE_ROPE_INTERLEAVED = 4
 
+cdef enum:
+    FILL_MAX_AXES = 8
+
 cdef struct fill_request:
-    # Row i of out (and of sin_out for RoPE's stores), at out + i * row_stride
+    # Row i of out (and of sin_out for RoPE's stores), at out + i * width
     # values, is the row of positions[i], or of start + i when positions is NULL:
     # `width` values, float32 when `float32`, else float64.
     void* out
@@ -38,7 +41,6 @@ cdef struct fill_request:
     double start
     Py_ssize_t n
     Py_ssize_t width
-    Py_ssize_t row_stride
     bint float32
     # the encoding: n_freq frequencies w_hi[j] + w_lo[j]; w_max the largest
     # |w_hi[j]| (NaN if one is NaN) when known, else negative; levels NULL, or
@@ -48,10 +50,20 @@ cdef struct fill_request:
     Py_ssize_t n_freq
     double w_max
     cpe_levels* levels
+    # Or the angles of several axes (multi-axis RoPE): 2 <= n_axes <=
+    # FILL_MAX_AXES requests at `axes`, whose positions, start, frequencies and
+    # levels (their other fields unused; their n that of this request) give, in
+    # order, the n_freq frequencies of a row; this request's own positions,
+    # start, w_hi, w_lo, w_max and levels are then unused. n_axes 0: one axis,
+    # this request's own.
+    const fill_request* axes
+    int n_axes
     # how a row is stored; RoPE's factor (1 for the encodings) and where its
-    # values go in a row: frequency j at column c_j and, "half", c_j + half_at
-    # too (interleaved: pair c_j), c_j = columns[j], or j when columns is NULL;
-    # a whole table is columns NULL, half_at n_freq (see cpe_rows.h)
+    # values go in a row: frequency j at column c_j and, "half", at c2_j too
+    # (interleaved: pair c_j); c_j = j and c2_j = half_at + j when columns is
+    # NULL, else c_j = columns[j] and c2_j = columns[n_freq + j] ("half": a map
+    # of 2 n_freq columns; interleaved: of n_freq pairs). A whole table is
+    # columns NULL, half_at n_freq (see cpe_rows.h).
     int store
     double amplitude
     const Py_ssize_t* columns
@@ -68,11 +80,17 @@ cdef struct row_sink:
     Py_ssize_t row_bytes
     bint pieces             # rows streamed piece by piece (see _stream_pieces)
 
-cdef struct fill_scratch:
-    # What one part of a request writes with, besides its rows.
-    double* owned           # the loop's scratch rows (malloc'd)
+cdef struct axis_scratch:
+    # What the walk of one axis' positions works with.
+    double* owned           # the walk's scratch rows (malloc'd)
     double* own_rows        # a level table of its own, when it has no levels
     cpe_levels own
+
+cdef struct fill_scratch:
+    # What one part of a request writes with, besides its rows.
+    axis_scratch axes[8]    # (FILL_MAX_AXES) each axis'
+    int n_axes
+    double* owned           # several axes: the pair row of all of a row's angles
     row_sink sink
 
 # The dtypes of the caller's rows an apply request changes.
@@ -103,23 +121,17 @@ cdef struct rotation:
 
 cdef struct apply_request:
     # An encoding applied to the caller's rows: the values of n positions, made a
-    # block at a time by n_axes fill requests into a small table of rows of
-    # table_width values (out and sin_out are set block by block), change the
-    # first table_width values of every row of every target.
-    # Rotation (`add` false): each axis writes its columns, from
-    # first_columns[k], of rows holding n_freq cosines then n_freq sines (RoPE's
-    # "half" store with half_at 0, row_stride table_width = 2 n_freq); pair j
-    # ("half": values j and n_freq + j; "interleaved": 2j and 2j + 1) is rotated
-    # by the angle of frequency j, backwards when `inverse`.
-    # Addition (`add`): one axis writes whole rows of an encoding's layout
-    # (row_stride table_width, its width); each value becomes
-    # x * x_scale + the encoding's value.
-    const fill_request* axes
-    const Py_ssize_t* first_columns
-    int n_axes
+    # block at a time by the fill request `angles` into a small table of rows of
+    # its width (its out and sin_out unused: the block's), change the first
+    # `width` values of every row of every target.
+    # Rotation (`add` false): rows of n_freq cosines then n_freq sines (RoPE's
+    # "half" store with half_at 0, its columns pairs: both of its maps the
+    # same); pair j ("half": values j and n_freq + j; "interleaved": 2j and
+    # 2j + 1) is rotated by the angle of frequency j, backwards when `inverse`.
+    # Addition (`add`): one axis' whole rows of an encoding's layout; each value
+    # becomes x * x_scale + the encoding's value.
+    const fill_request* angles
     Py_ssize_t n
-    Py_ssize_t n_freq
-    Py_ssize_t table_width
     bint add
     double x_scale
     bint interleaved
@@ -127,17 +139,13 @@ cdef struct apply_request:
     const rotation* targets
     Py_ssize_t n_targets
 
-cdef enum:
-    APPLY_MAX_AXES = 8
-
 cdef struct apply_scratch:
     # What one part of an apply request works with: a block of the angles'
-    # table and each axis' fill scratch.
+    # table and its fill scratch.
     double* owned
     double* table
     Py_ssize_t rows
-    int n_axes
-    fill_scratch axes[8]
+    fill_scratch fill
 
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                      double base, double exponent_den, double scale) noexcept nogil

@@ -611,13 +611,15 @@ cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double
     """Level row (k, d): (sin, cos)(d * radix**k * w). Made once into the levels by
     the first caller that claims it; without levels, or while another thread is
     making it (or a thread that claimed it before a fork), made into ``spare``
-    (level k's own scratch row): the same bits, with no wait."""
+    (level k's own scratch row): the same bits, with no wait. NULL if it needs
+    ``spare`` and ``spare`` is NULL."""
     cdef Py_ssize_t index = k * lv.radix + d
     cdef double position = <double>(d << (lv.shift * k))
     cdef double* row
     cdef char* state
     if lv.rows == NULL:
-        _sincos_row(spare, position, w_hi, w_lo, n_freq)
+        if spare != NULL:
+            _sincos_row(spare, position, w_hi, w_lo, n_freq)
         return spare
     row = lv.rows + 2 * n_freq * index
     state = lv.state + index
@@ -627,7 +629,8 @@ cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double
         _sincos_row(row, position, w_hi, w_lo, n_freq)
         cpe_state_set(state, CPE_ROW_READY)
         return row
-    _sincos_row(spare, position, w_hi, w_lo, n_freq)
+    if spare != NULL:
+        _sincos_row(spare, position, w_hi, w_lo, n_freq)
     return spare
 
 
@@ -669,9 +672,10 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
 
 cdef int fill_check(const fill_request* r) noexcept nogil:
     """The request checked, before anything is allocated or written: its sizes,
-    pointers and store, the levels' shape, and its positions (finite, a table's
-    integers exact, every angle in range). A request that passes is filled by
-    scratch_new and fill_part, which fail only for want of memory (scratch_new)."""
+    pointers and store, its axes and their levels' shape, and their positions
+    (finite, a table's integers exact, every angle in range). A request that
+    passes is filled by scratch_new and fill_part, which fail only for want of
+    memory (scratch_new)."""
     cdef columns c
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
     if r.n < 0 or _columns(r.width, r.n_freq, CPE_LAYOUT_SIN_COS if rope else r.store,
@@ -681,50 +685,81 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
         return CPE_ERR_ARGUMENT
     if rope and (r.width != 2 * r.n_freq or (r.n and r.sin_out == NULL)):
         return CPE_ERR_ARGUMENT
-    if r.row_stride < r.width or r.half_at < 0 or not _columns_fit(r):
+    if r.half_at < 0 or not _columns_fit(r):
         return CPE_ERR_ARGUMENT
-    if r.n and r.row_stride > PY_SSIZE_T_MAX // _itemsize(r) // r.n:  # no memory is that large
+    if r.n and r.width > PY_SSIZE_T_MAX // _itemsize(r) // r.n:  # no memory is that large
         return CPE_ERR_ARGUMENT
     if not rope and not _whole_rows(r):  # (the encodings write whole rows)
         return CPE_ERR_ARGUMENT
-    if r.n and ((r.width and r.out == NULL)
-                or (r.n_freq and (r.w_hi == NULL or r.w_lo == NULL))):
+    if r.n and r.width and r.out == NULL:
         return CPE_ERR_ARGUMENT
-    # The caller's levels must have the shape of these frequencies.
+    cdef const fill_request* axes = r.axes if r.n_axes else r
+    cdef int k, n_axes = r.n_axes if r.n_axes else 1
+    cdef Py_ssize_t n_freq = 0
+    if r.n_axes and not (rope and 2 <= r.n_axes <= FILL_MAX_AXES and r.axes != NULL):
+        return CPE_ERR_ARGUMENT
+    for k in range(n_axes):
+        if not _axis_fits(&axes[k], r.n, r.n_axes != 0):
+            return CPE_ERR_ARGUMENT
+        n_freq += axes[k].n_freq
+    if n_freq != r.n_freq:
+        return CPE_ERR_ARGUMENT
+    cdef int status
+    for k in range(n_axes):
+        status = _check_positions(&axes[k], r.n)
+        if status != CPE_OK:
+            return status
+    return CPE_OK
+
+
+cdef inline bint _axis_fits(const fill_request* axis, Py_ssize_t n,
+                            bint one_of_several) noexcept nogil:
+    # An axis' frequencies and levels: present when they are read, the levels of
+    # the frequencies' shape; one of several axes has frequencies (at most a
+    # table's, for the loop's scratch).
     cdef Py_ssize_t radix
     cdef int shift, n_levels
-    cpe_level_shape(r.n_freq, &radix, &shift, &n_levels)
+    if one_of_several and not 1 <= axis.n_freq <= PY_SSIZE_T_MAX // 64:
+        return False
+    if n and axis.n_freq and (axis.w_hi == NULL or axis.w_lo == NULL):
+        return False
+    cpe_level_shape(axis.n_freq, &radix, &shift, &n_levels)
     if n_levels > 8:  # the loop's arrays (prefix, upper)
-        return CPE_ERR_ARGUMENT
-    if r.levels != NULL and (r.levels.radix != radix or r.levels.shift != shift
-                             or r.levels.n_levels != n_levels or r.levels.rows == NULL
-                             or r.levels.state == NULL):
-        return CPE_ERR_ARGUMENT
-    cdef int status = _check_request(r.positions, r.start, r.n, r.w_hi, r.n_freq, r.w_max)
+        return False
+    return axis.levels == NULL or (axis.levels.radix == radix and axis.levels.shift == shift
+                                   and axis.levels.n_levels == n_levels
+                                   and axis.levels.rows != NULL and axis.levels.state != NULL)
+
+
+cdef inline int _check_positions(const fill_request* axis, Py_ssize_t n) noexcept nogil:
+    # An axis' n positions: finite, a table's integers exact, every angle in range
+    # (with frequencies of a caller's, every one finite).
+    cdef int status = _check_request(axis.positions, axis.start, n, axis.w_hi, axis.n_freq,
+                                     axis.w_max)
     cdef Py_ssize_t j
-    if status == CPE_OK and r.n and r.w_max < 0.0:  # a caller's frequencies (the C API)
-        for j in range(r.n_freq):
-            if not isfinite(r.w_lo[j]):
+    if status == CPE_OK and n and axis.w_max < 0.0:  # a caller's frequencies (the C API)
+        for j in range(axis.n_freq):
+            if not isfinite(axis.w_lo[j]):
                 return CPE_ERR_RANGE
     return status
 
 
 cdef inline bint _whole_rows(const fill_request* r) noexcept nogil:
-    # Rows that follow each other, their columns in the store's own order: what
-    # may be streamed, and what the encodings' stores write.
-    return r.row_stride == r.width and r.columns == NULL and r.half_at == r.n_freq
+    # Rows whose columns are in the store's own order: what may be streamed, and
+    # what the encodings' stores write.
+    return r.columns == NULL and r.half_at == r.n_freq
 
 
 cdef inline bint _columns_fit(const fill_request* r) noexcept nogil:
     # Every column RoPE's store writes lies within a row (see fill_request); the
     # encodings' stores write whole rows.
-    cdef Py_ssize_t j, column, last = r.n_freq - 1
-    if r.n_freq == 0 or not (r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED):
+    cdef Py_ssize_t j, n = r.n_freq
+    if n == 0 or not (r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED):
         return True
-    for j in range(r.n_freq if r.columns != NULL else 1):
-        column = r.columns[j] if r.columns != NULL else last
-        if column < 0 or column > (r.row_stride - 1 - r.half_at if r.store == STORE_ROPE_HALF
-                                   else (r.row_stride - 2) // 2):
+    if r.columns == NULL:
+        return r.half_at <= r.width - n if r.store == STORE_ROPE_HALF else True
+    for j in range(2 * n if r.store == STORE_ROPE_HALF else n):
+        if not 0 <= r.columns[j] < (r.width if r.store == STORE_ROPE_HALF else n):
             return False
     return True
 
@@ -737,24 +772,14 @@ cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first)
     # Row ``first`` of a table of the request (NULL stays NULL).
     if table == NULL:
         return NULL
-    return <char*>table + first * r.row_stride * _itemsize(r)
+    return <char*>table + first * r.width * _itemsize(r)
 
 
-cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
-                     Py_ssize_t served, fill_scratch* s) noexcept nogil:
-    """The scratch memory of the rows ``first`` to ``first + count`` of a checked
-    request, which will fill ``served`` rows in all (``count``, or more: the
-    blocks of an apply request): CPE_OK, or CPE_ERR_NOMEM. scratch_free frees
-    it, in either case (and again: it leaves nothing to free)."""
-    s.owned = NULL
-    s.own_rows = NULL
-    s.own.rows = NULL
-    s.own.state = NULL
-    s.sink.owned = NULL
-    cpe_level_shape(r.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
-    if count == 0 or r.width == 0 or r.n_freq == 0:
-        return CPE_OK
-    cdef Py_ssize_t row_doubles = 2 * r.n_freq
+cdef inline int _axis_scratch_new(const fill_request* axis, Py_ssize_t served,
+                                  axis_scratch* s) noexcept nogil:
+    # The scratch of an axis' walk (see scratch_new): CPE_OK, or CPE_ERR_NOMEM.
+    cpe_level_shape(axis.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
+    cdef Py_ssize_t row_doubles = 2 * axis.n_freq
     cdef Py_ssize_t radix = s.own.radix
     cdef int n_levels = s.own.n_levels
     # Scratch, each a pair row on a cache line: the identity (made by a part when
@@ -769,48 +794,83 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
     # enough to reuse them (else, or if there is no memory for one, every level row
     # is made where it is needed: the same bits). The table is used only when both
     # of its parts were allocated (own.rows stays NULL otherwise).
-    if r.levels == NULL and served >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
+    if axis.levels == NULL and served >= radix and row_doubles <= (PY_SSIZE_T_MAX // 8 - 8) // (
             n_levels * radix):
         s.own_rows = <double*>malloc(sizeof(double) * (n_levels * radix * row_doubles + 8))
         s.own.state = <char*>calloc(n_levels * radix, 1)
         if s.own_rows != NULL and s.own.state != NULL:
             s.own.rows = _line_start(s.own_rows)
+    return CPE_OK if s.owned != NULL else CPE_ERR_NOMEM
+
+
+cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
+                     Py_ssize_t served, fill_scratch* s) noexcept nogil:
+    """The scratch memory of the rows ``first`` to ``first + count`` of a checked
+    request, which will fill ``served`` rows in all (``count``, or more: the
+    blocks of an apply request): CPE_OK, or CPE_ERR_NOMEM. scratch_free frees
+    it, in either case (and again: it leaves nothing to free)."""
+    cdef int k
+    s.n_axes = 0
+    s.owned = NULL
+    s.sink.owned = NULL
+    if count == 0 or r.width == 0 or r.n_freq == 0:
+        return CPE_OK
+    cdef const fill_request* axes = r.axes if r.n_axes else r
+    for k in range(r.n_axes if r.n_axes else 1):
+        s.axes[k].owned = s.axes[k].own_rows = s.axes[k].own.rows = NULL
+        s.axes[k].own.state = NULL
+        s.n_axes = k + 1
+        if _axis_scratch_new(&axes[k], served, &s.axes[k]) != CPE_OK:
+            scratch_free(s)
+            return CPE_ERR_NOMEM
+    if r.n_axes:  # the pair row of all of a row's angles
+        s.owned = <double*>malloc(sizeof(double) * (2 * r.n_freq + 8))
+        if s.owned == NULL:
+            scratch_free(s)
+            return CPE_ERR_NOMEM
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
-    if s.owned == NULL or _sink_init(&s.sink, _rows_at(r.out, r, first),
-                                     _rows_at(r.sin_out, r, first) if rope else NULL, count,
-                                     r.width, _itemsize(r),
-                                     r.store == CPE_LAYOUT_INTERLEAVED
-                                     and 2 * r.n_freq == r.width, _whole_rows(r)) != CPE_OK:
+    if _sink_init(&s.sink, _rows_at(r.out, r, first),
+                  _rows_at(r.sin_out, r, first) if rope else NULL, count, r.width,
+                  _itemsize(r), r.store == CPE_LAYOUT_INTERLEAVED and 2 * r.n_freq == r.width,
+                  _whole_rows(r)) != CPE_OK:
         scratch_free(s)
         return CPE_ERR_NOMEM
     return CPE_OK
 
 
 cdef void scratch_free(fill_scratch* s) noexcept nogil:
-    """The sink's buffer (fenced, see _sink_free), then the loop's scratch and table."""
+    """The sink's buffer (fenced, see _sink_free), then the loop's scratch and tables."""
+    cdef int k
     _sink_free(&s.sink)
+    for k in range(s.n_axes):
+        free(s.axes[k].owned)
+        free(s.axes[k].own_rows)
+        free(s.axes[k].own.state)
+    s.n_axes = 0
     free(s.owned)
-    free(s.own_rows)
-    free(s.own.state)
-    s.owned = s.own_rows = s.own.rows = NULL
-    s.own.state = NULL
+    s.owned = NULL
+
+
+cdef inline int _fill_at(const fill_request* r, fill_scratch* s, char* out, char* sin_out,
+                         Py_ssize_t first, Py_ssize_t count) noexcept nogil:
+    # The rows of positions first .. first + count at ``out`` (and ``sin_out``):
+    # CPE_OK, or -1 with nothing written when a row needed scratch rows that
+    # ``s`` has none of (see _no_scratch).
+    cdef int status
+    if r.float32:
+        status = _fill_rows(<float*>out, <float*>sin_out, first, count, r, s)
+    else:
+        status = _fill_rows(<double*>out, <double*>sin_out, first, count, r, s)
+    if s.sink.owned != NULL:  # the streamed stores, fenced by the thread that made them
+        cpe_stream_fence()
+    return status
 
 
 cdef void fill_part(const fill_request* r, fill_scratch* s, Py_ssize_t first,
                     Py_ssize_t count) noexcept nogil:
     """Rows ``first`` to ``first + count`` of a checked request, with the scratch
     scratch_new made for them."""
-    cdef const double* positions = r.positions
-    if positions != NULL:
-        positions += first
-    if r.float32:
-        _fill_rows(<float*>_rows_at(r.out, r, first), <float*>_rows_at(r.sin_out, r, first),
-                   positions, r.start + <double>first, count, r, s)
-    else:
-        _fill_rows(<double*>_rows_at(r.out, r, first), <double*>_rows_at(r.sin_out, r, first),
-                   positions, r.start + <double>first, count, r, s)
-    if s.sink.owned != NULL:  # the streamed stores, fenced by the thread that made them
-        cpe_stream_fence()
+    _fill_at(r, s, _rows_at(r.out, r, first), _rows_at(r.sin_out, r, first), first, count)
 
 
 cdef int fill(const fill_request* r) noexcept nogil:
@@ -820,11 +880,39 @@ cdef int fill(const fill_request* r) noexcept nogil:
     if status != CPE_OK or r.n == 0 or r.width == 0:
         return status
     cdef fill_scratch s
+    if r.n == 1 and r.n_axes == 0 and r.n_freq and not _streaming(
+            r.out, 1, r.width, _itemsize(r), r.sin_out if _rope(r) else NULL):
+        # One row, first without scratch rows: it needs none when its digit rows
+        # are kept and its position is a positive integer of at most four digits
+        # (a decoding step, say); else it is made again with them.
+        _no_scratch(r, &s)
+        if _fill_at(r, &s, <char*>r.out, <char*>r.sin_out, 0, 1) == CPE_OK:
+            return CPE_OK
     status = scratch_new(r, 0, r.n, r.n, &s)
     if status == CPE_OK:
         fill_part(r, &s, 0, r.n)
     scratch_free(&s)
     return status
+
+
+cdef inline bint _rope(const fill_request* r) noexcept nogil:
+    return r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+
+
+cdef inline void _no_scratch(const fill_request* r, fill_scratch* s) noexcept nogil:
+    # The scratch of one row of one axis without rows (see _walk_row), stored in
+    # place; scratch_free has nothing to free.
+    s.n_axes = 0
+    s.owned = NULL
+    s.sink.owned = NULL
+    s.sink.pieces = False
+    s.sink.rows = 1
+    s.sink.slot = 0
+    s.sink.row_bytes = r.width * _itemsize(r)
+    s.axes[0].owned = s.axes[0].own_rows = s.axes[0].own.rows = NULL
+    s.axes[0].own.state = NULL
+    cpe_level_shape(r.n_freq, &s.axes[0].own.radix, &s.axes[0].own.shift,
+                    &s.axes[0].own.n_levels)
 
 
 cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns* c,
@@ -833,181 +921,258 @@ cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns
     """Row i of the part at ``out`` (and ``sin_out``), the sum of the angles of a
     chain of 1 to 4 pair rows, stored as the request's store says: the one place
     a store is chosen."""
-    cdef floating* row = _sink_row(sink, out, i, r.row_stride, 0)
+    cdef floating* row = _sink_row(sink, out, i, r.width, 0)
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
     if sink.pieces:
         _stream_pieces(sink, row, chain, count, r.n_freq)
     elif rope:
-        _store_rope_chain(row, _sink_row(sink, sin_out, i, r.row_stride, 1), chain, count, r)
+        _store_rope_chain(row, _sink_row(sink, sin_out, i, r.width, 1), chain, count, r)
     else:
         _store_chain(row, chain, count, c, r.width)
     _sink_row_done(sink, out, sin_out if rope else NULL, i, last, r.width)
 
 
-cdef inline int _push(const double** chain, int count, const double* row, double* spare,
-                      Py_ssize_t n_freq) noexcept nogil:
+cdef struct walk:
+    # The walk of one axis' positions in a part (see the one fill loop).
+    const fill_request* axis
+    cpe_levels* levels
+    Py_ssize_t row_doubles
+    double* identity
+    double* high_row
+    double* direct
+    double* products     # level k's at products + (k - 1) rows
+    double* spares       # level k's at spares + k rows
+    long long prefix[8]
+    const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
+    long long current_high
+    bint keep            # whether the products of the upper digits are kept
+    bint made_identity
+
+
+cdef inline void _walk_start(walk* w, const fill_request* axis, axis_scratch* s,
+                             bint keep) noexcept nogil:
+    cdef int k
+    w.axis = axis
+    w.levels = axis.levels if axis.levels != NULL else &s.own
+    w.row_doubles = 2 * axis.n_freq
+    w.identity = w.high_row = w.direct = w.products = w.spares = NULL
+    if s.owned != NULL:  # (else no scratch rows: see _walk_row)
+        w.identity = _line_start(s.owned)
+        w.high_row = w.identity + w.row_doubles
+        w.direct = w.high_row + w.row_doubles
+        w.products = w.direct + w.row_doubles
+        w.spares = w.products + (w.levels.n_levels - 1) * w.row_doubles
+    for k in range(w.levels.n_levels):
+        w.prefix[k] = -1
+    w.current_high = -1
+    w.keep = keep
+    w.made_identity = False
+
+
+cdef inline double _position(const fill_request* axis, Py_ssize_t i) noexcept nogil:
+    return axis.positions[i] if axis.positions != NULL else axis.start + <double>i
+
+
+cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogil:
+    """The factors of the row of ``p``, highest first, into ``chain``: their count;
+    -1 if the row needs a scratch row and the walk has none (one row: see fill)."""
+    cdef cpe_levels* levels = w.levels
+    cdef Py_ssize_t radix = levels.radix, n_freq = w.axis.n_freq, d, j
+    cdef int k, count = 0, shift = levels.shift, n_levels = levels.n_levels
+    cdef long long m, high, key
+    cdef const double* w_hi = w.axis.w_hi
+    cdef const double* w_lo = w.axis.w_lo
+    if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
+        if w.direct == NULL:
+            return -1
+        _sincos_row(w.direct, p, w_hi, w_lo, n_freq)
+        chain[0] = w.direct
+        return 1
+    m = <long long>fabs(p)
+    high = m >> (shift * n_levels)
+    if high != w.current_high:
+        if high and w.high_row == NULL:
+            return -1
+        w.current_high = high
+        if high:
+            _sincos_row(w.high_row, <double>(high << (shift * n_levels)), w_hi, w_lo, n_freq)
+        w.upper[n_levels] = w.high_row if high else NULL
+        for k in range(n_levels):
+            w.prefix[k] = -1
+    if w.keep:  # the digits above level 0 that changed since the last row
+        for k in range(n_levels - 1, 0, -1):
+            key = m >> (shift * k)
+            if key != w.prefix[k]:
+                w.prefix[k] = key
+                d = key & (radix - 1)
+                if d == 0:
+                    w.upper[k] = w.upper[k + 1]
+                elif w.upper[k + 1] == NULL:
+                    w.upper[k] = _level_row(levels, k, d, w.spares + k * w.row_doubles, w_hi,
+                                            w_lo, n_freq)
+                else:
+                    _product_pairs(w.products + (k - 1) * w.row_doubles,
+                                   _level_row(levels, k, d, w.spares + k * w.row_doubles, w_hi,
+                                              w_lo, n_freq),
+                                   w.upper[k + 1], n_freq)
+                    w.upper[k] = w.products + (k - 1) * w.row_doubles
+        if w.upper[1] != NULL:
+            chain[0] = w.upper[1]
+            count = 1
+    else:  # one row: its factors in one chain, without kept products
+        if high:
+            chain[0] = w.high_row
+            count = 1
+        for k in range(n_levels - 1, 0, -1):
+            d = (m >> (shift * k)) & (radix - 1)
+            if d:
+                count = _push(w, chain, count, _level_row(
+                    levels, k, d, w.spares + k * w.row_doubles if w.spares != NULL else NULL,
+                    w_hi, w_lo, n_freq))
+                if count < 0:
+                    return -1
+    d = m & (radix - 1)
+    if d:
+        count = _push(w, chain, count, _level_row(levels, 0, d, w.spares, w_hi, w_lo, n_freq))
+        if count < 0:
+            return -1
+    if p < 0:  # the row of |p|, its sines negated in double
+        if w.direct == NULL:
+            return -1
+        _product_chain(w.direct, chain, count, n_freq)
+        for j in range(n_freq):
+            w.direct[j] = -w.direct[j]
+        chain[0] = w.direct
+        return 1
+    if count == 0:  # position 0
+        if w.identity == NULL:
+            return -1
+        if not w.made_identity:
+            for j in range(n_freq):
+                w.identity[j] = 0.0
+                w.identity[n_freq + j] = 1.0
+            w.made_identity = True
+        chain[0] = w.identity
+        return 1
+    return count
+
+
+cdef inline int _push(walk* w, const double** chain, int count,
+                      const double* row) noexcept nogil:
     # ``row`` appended to a chain of ``count`` rows; a full chain is first made
-    # into one row at ``spare`` (the sums of the angles taken in the same order:
-    # the same bits). A row has at most five factors (H and four digits), so
-    # a chain is folded at most once and ``spare`` is never in it.
+    # into one row at the walk's first product row (the sums of the angles taken
+    # in the same order: the same bits). A row has at most five factors (H and
+    # four digits), so a chain is folded at most once and that row is never in
+    # it. -1 if ``row`` is NULL, or a fold has no row to go to (see _walk_row).
+    if row == NULL or (count == 4 and w.products == NULL):
+        return -1
     if count == 4:
-        _product_chain(spare, chain, 4, n_freq)
-        chain[0] = spare
+        _product_chain(w.products, chain, 4, w.axis.n_freq)
+        chain[0] = w.products
         count = 1
     chain[count] = row
     return count + 1
 
 
-cdef void _fill_rows(floating* out, floating* sin_out, const double* positions, double start,
-                     Py_ssize_t n, const fill_request* r, fill_scratch* s) noexcept nogil:
-    # The loop of one part: its rows at out (and sin_out), its positions.
+cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize_t n,
+                    const fill_request* r, fill_scratch* s) noexcept nogil:
+    # The loop of one part: its rows at out (and sin_out), of the positions
+    # first .. first + n. With several axes, each axis' pair row goes to its
+    # frequencies of a row of all of them, made again only when its position
+    # changes (a row depends on its position alone), then stored as one.
+    # CPE_OK, or -1 with nothing written (see _fill_at).
     cdef Py_ssize_t i, j, n_freq = r.n_freq, width = r.width
     if n == 0 or width == 0:
-        return
+        return CPE_OK
     if n_freq == 0:
         for i in range(n):
             for j in range(width):
-                out[i * r.row_stride + j] = 0
-        return
-    cdef const double* w_hi = r.w_hi
-    cdef const double* w_lo = r.w_lo
+                out[i * width + j] = 0
+        return CPE_OK
     cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
     cdef columns c
     _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else r.store, &c)
-    cdef cpe_levels* levels = r.levels if r.levels != NULL else &s.own
-    cdef Py_ssize_t radix = levels.radix
-    cdef int shift = levels.shift, n_levels = levels.n_levels
-    cdef Py_ssize_t row_doubles = 2 * n_freq
-    cdef double* identity = _line_start(s.owned)
-    cdef double* high_row = identity + row_doubles
-    cdef double* direct = high_row + row_doubles
-    cdef double* products = direct + row_doubles  # level k at products + (k - 1) rows
-    cdef double* spares = products + (n_levels - 1) * row_doubles  # level k's at + k rows
-
-    cdef long long prefix[8]
-    cdef const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
+    cdef const fill_request* axes = r.axes if r.n_axes else r
+    cdef int k, count, n_axes = r.n_axes if r.n_axes else 1
+    cdef walk walks[8]
+    cdef double last[8]
+    cdef Py_ssize_t at[8]  # each axis' first frequency
     cdef const double* chain[4]  # the factors of a row, highest first
-    cdef long long m, high, current_high = -1, key
-    cdef Py_ssize_t d
-    cdef int k, count, top_shift = shift * n_levels
-    cdef bint keep = n > 1  # whether the products of the upper digits are kept
-    cdef bint made_identity = False
-    cdef double p
     chain[0] = chain[1] = chain[2] = chain[3] = NULL
-    for k in range(n_levels):
-        prefix[k] = -1
+    j = 0
+    for k in range(n_axes):
+        _walk_start(&walks[k], &axes[k], &s.axes[k], n > 1)
+        at[k] = j
+        j += axes[k].n_freq
+    cdef double* row = _line_start(s.owned) if n_axes > 1 else NULL
+    cdef double p
     for i in range(n):
-        p = positions[i] if positions != NULL else start + <double>i
-        count = 0
-        if floor(p) == p and fabs(p) < 4611686018427387904.0:  # 2**62
-            m = <long long>fabs(p)
-            high = m >> top_shift
-            if high != current_high:
-                current_high = high
-                if high:
-                    _sincos_row(high_row, <double>(high << top_shift), w_hi, w_lo, n_freq)
-                upper[n_levels] = high_row if high else NULL
-                for k in range(n_levels):
-                    prefix[k] = -1
-            if keep:  # the digits above level 0 that changed since the last row
-                for k in range(n_levels - 1, 0, -1):
-                    key = m >> (shift * k)
-                    if key != prefix[k]:
-                        prefix[k] = key
-                        d = key & (radix - 1)
-                        if d == 0:
-                            upper[k] = upper[k + 1]
-                        elif upper[k + 1] == NULL:
-                            upper[k] = _level_row(levels, k, d, spares + k * row_doubles,
-                                                  w_hi, w_lo, n_freq)
-                        else:
-                            _product_pairs(products + (k - 1) * row_doubles,
-                                           _level_row(levels, k, d, spares + k * row_doubles,
-                                                      w_hi, w_lo, n_freq),
-                                           upper[k + 1], n_freq)
-                            upper[k] = products + (k - 1) * row_doubles
-                if upper[1] != NULL:
-                    chain[0] = upper[1]
-                    count = 1
-            else:  # one row: its factors in one chain, without kept products
-                if high:
-                    chain[0] = high_row
-                    count = 1
-                for k in range(n_levels - 1, 0, -1):
-                    d = (m >> (shift * k)) & (radix - 1)
-                    if d:
-                        count = _push(chain, count, _level_row(
-                            levels, k, d, spares + k * row_doubles, w_hi, w_lo, n_freq),
-                            products, n_freq)
-            d = m & (radix - 1)
-            if d:
-                count = _push(chain, count, _level_row(levels, 0, d, spares, w_hi, w_lo, n_freq),
-                              products, n_freq)
-            if p < 0:  # the row of |p|, its sines negated in double
-                _product_chain(direct, chain, count, n_freq)
-                for j in range(n_freq):
-                    direct[j] = -direct[j]
-                chain[0] = direct
-                count = 1
+        if n_axes == 1:
+            count = _walk_row(&walks[0], _position(axes, first + i), chain)
+            if count < 0:  # (one row without scratch rows: nothing is written yet)
+                return -1
         else:
-            _sincos_row(direct, p, w_hi, w_lo, n_freq)
-            chain[0] = direct
-            count = 1
-        if count == 0:  # position 0
-            if not made_identity:
-                for j in range(n_freq):
-                    identity[j] = 0.0
-                    identity[n_freq + j] = 1.0
-                made_identity = True
-            chain[0] = identity
+            for k in range(n_axes):
+                p = _position(&axes[k], first + i)
+                if i == 0 or p != last[k]:
+                    last[k] = p
+                    count = _walk_row(&walks[k], p, chain)
+                    cpe_chain_blocked_double(row + at[k], row + n_freq + at[k], chain, count,
+                                             axes[k].n_freq, axes[k].n_freq)
+            chain[0] = row
             count = 1
         _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, chain, count)
+    return CPE_OK
 
 
 # ---- encodings applied: a block of rows at a time, then the caller's rows ----
 # The values of a block of positions are made by the one fill loop into a small
-# table: for RoPE, each axis into its columns of rows that hold position i's
-# n_freq cosines, then its n_freq sines (the float64 values of RoPE's tables,
-# the attention factor included: RoPE's "half" store with both copies of a value
-# in one place); for an encoding added, its rows in their layout. The table
-# stays in the first-level cache while every row of those positions is rotated
-# by it or added to: the caller's memory is read and written once, and every
-# value is the one rope_cos_sin (or positional_encoding) gives.
+# table: for RoPE, rows that hold position i's n_freq cosines, then its n_freq
+# sines (the float64 values of RoPE's tables, the attention factor included:
+# RoPE's "half" store with both copies of a value in one place); for an
+# encoding added, its rows in their layout. The table stays in the first-level
+# cache while every row of those positions is rotated by it or added to: the
+# caller's memory is read and written once, and every value is the one
+# rope_cos_sin (or positional_encoding) gives.
 
 # The bytes of a block's table.
 cdef Py_ssize_t _BLOCK_BYTES = 32 * 1024
 
 
-cdef inline fill_request _block_axis(const apply_request* a, const apply_scratch* s, int k,
-                                     Py_ssize_t first, Py_ssize_t count) noexcept nogil:
-    # Axis k's request for the positions first .. first + count, into the block.
-    cdef fill_request axis = a.axes[k]
-    axis.out = s.table + a.first_columns[k]
-    axis.sin_out = NULL if a.add else s.table + a.n_freq + a.first_columns[k]
-    if axis.positions != NULL:
-        axis.positions += first
-    axis.start += <double>first
-    axis.n = count
-    return axis
+cdef inline fill_request _block(const apply_request* a, const apply_scratch* s) noexcept nogil:
+    # The angles' request into the block's table.
+    cdef fill_request block = a.angles[0]
+    block.out = s.table
+    block.sin_out = NULL if a.add else s.table + block.n_freq
+    return block
 
 
 cdef int apply_check(const apply_request* a) noexcept nogil:
-    """The request checked before anything is allocated or written: each axis as
-    fill_check checks a request (a rotation's columns within the cosines of a row
-    from its first column; the block's table is the parts' own), and the targets'
-    sizes. A request that passes is applied by apply_scratch_new and apply_part,
-    which fail only for want of memory (apply_scratch_new)."""
-    cdef fill_request axis
+    """The request checked before anything is allocated or written: its angles as
+    fill_check checks a request (a rotation's columns among the cosines of a
+    row; the block's table is the parts' own), and the targets' sizes. A request
+    that passes is applied by apply_scratch_new and apply_part, which fail only
+    for want of memory (apply_scratch_new)."""
     cdef double block = 0.0  # (a valid address: the tables' pointers are checked as set)
-    cdef Py_ssize_t t, j, column, row = a.table_width
+    cdef Py_ssize_t t, j, row, n
     cdef const rotation* target
-    cdef int k, status
-    if (a.n < 0 or not 0 <= row <= PY_SSIZE_T_MAX // 64 or a.n_targets < 0
-            or not 1 <= a.n_axes <= APPLY_MAX_AXES or a.axes == NULL
-            or a.first_columns == NULL or (a.n_targets and a.targets == NULL)
-            or not isfinite(a.x_scale) or (not a.add and row != 2 * a.n_freq)
-            or (a.add and (a.n_axes != 1 or a.inverse))):
+    if (a.n < 0 or a.angles == NULL or a.n_targets < 0
+            or (a.n_targets and a.targets == NULL) or not isfinite(a.x_scale)):
         return CPE_ERR_ARGUMENT
+    cdef fill_request angles = a.angles[0]
+    row, n = angles.width, angles.n_freq
+    if angles.float32 or angles.n != a.n or not 0 <= row <= PY_SSIZE_T_MAX // 64:
+        return CPE_ERR_ARGUMENT
+    if a.add:  # an encoding's whole rows, as fill_check checks them
+        if angles.store > CPE_LAYOUT_COS_SIN or angles.n_axes or a.inverse:
+            return CPE_ERR_ARGUMENT
+    else:
+        if angles.store != STORE_ROPE_HALF or angles.half_at != 0 or row != 2 * n:
+            return CPE_ERR_ARGUMENT
+        for j in range(n if angles.columns != NULL else 0):  # pairs, each once
+            if (not 0 <= angles.columns[j] < n
+                    or angles.columns[n + j] != angles.columns[j]):
+                return CPE_ERR_ARGUMENT
     for t in range(a.n_targets):
         target = &a.targets[t]
         if (target.n_heads < 0 or target.width < row or (a.add and target.width != row)
@@ -1017,42 +1182,20 @@ cdef int apply_check(const apply_request* a) noexcept nogil:
                                        or target.x_rows == NULL or target.y_rows == NULL
                                        or target.x_heads == NULL or target.y_heads == NULL):
             return CPE_ERR_ARGUMENT
-    for k in range(a.n_axes):
-        axis = a.axes[k]
-        if axis.float32 or axis.n != a.n or axis.row_stride != row:
-            return CPE_ERR_ARGUMENT
-        axis.out = &block
-        if a.add:  # an encoding's whole rows, as fill_check checks them
-            if axis.store > CPE_LAYOUT_COS_SIN or a.first_columns[k] != 0:
-                return CPE_ERR_ARGUMENT
-        else:
-            if (axis.store != STORE_ROPE_HALF or axis.half_at != 0
-                    or not 0 <= a.first_columns[k] <= a.n_freq):
-                return CPE_ERR_ARGUMENT
-            for j in range(axis.n_freq):  # each frequency's column among the cosines
-                column = axis.columns[j] if axis.columns != NULL else j
-                if not 0 <= column < a.n_freq - a.first_columns[k]:
-                    return CPE_ERR_ARGUMENT
-            # The rest as fill_check checks a whole table of the axis' own.
-            axis.sin_out = &block
-            axis.row_stride = axis.width
-            axis.columns = NULL
-            axis.half_at = axis.n_freq
-        status = fill_check(&axis)
-        if status != CPE_OK:
-            return status
-    return CPE_OK
+    angles.out = &block
+    angles.sin_out = NULL if a.add else &block
+    return fill_check(&angles)
 
 
 cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
                            apply_scratch* s) noexcept nogil:
     """The scratch of a part of ``count`` positions of a checked request: CPE_OK,
     or CPE_ERR_NOMEM. apply_scratch_free frees it, in either case."""
-    cdef Py_ssize_t row = a.table_width
-    cdef fill_request axis
-    cdef int k, status
+    cdef Py_ssize_t row = a.angles.width
     s.owned = s.table = NULL
-    s.n_axes = 0
+    s.fill.n_axes = 0
+    s.fill.owned = NULL
+    s.fill.sink.owned = NULL
     s.rows = min(count, min(64, max(1, _BLOCK_BYTES // (8 * max(row, 1)))))
     if count == 0 or row == 0:
         return CPE_OK
@@ -1060,21 +1203,15 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
     if s.owned == NULL:
         return CPE_ERR_NOMEM
     s.table = _line_start(s.owned)
-    for k in range(a.n_axes):
-        axis = _block_axis(a, s, k, 0, s.rows)  # (small: built in place, never streamed)
-        s.n_axes = k + 1
-        status = scratch_new(&axis, 0, s.rows, count, &s.axes[k])
-        if status != CPE_OK:
-            apply_scratch_free(s)
-            return status
-    return CPE_OK
+    cdef fill_request block = _block(a, s)  # (small: built in place, never streamed)
+    cdef int status = scratch_new(&block, 0, s.rows, count, &s.fill)
+    if status != CPE_OK:
+        apply_scratch_free(s)
+    return status
 
 
 cdef void apply_scratch_free(apply_scratch* s) noexcept nogil:
-    cdef int k
-    for k in range(s.n_axes):
-        scratch_free(&s.axes[k])
-    s.n_axes = 0
+    scratch_free(&s.fill)
     free(s.owned)
     s.owned = s.table = NULL
 
@@ -1083,18 +1220,16 @@ cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
                      Py_ssize_t count) noexcept nogil:
     """The rows of positions ``first`` to ``first + count`` of a checked request,
     with the scratch apply_scratch_new made for them."""
-    cdef Py_ssize_t i = 0, m, j, row
-    cdef fill_request axis
-    cdef int k
+    cdef Py_ssize_t i = 0, m, j, row, n = a.angles.n_freq
+    cdef fill_request block = _block(a, s)
     while i < count:
-        m = min(s.rows, count - i) if a.table_width else count - i
-        for k in range(s.n_axes):
-            axis = _block_axis(a, s, k, first + i, m)
-            fill_part(&axis, &s.axes[k], 0, m)
+        m = min(s.rows, count - i) if a.angles.width else count - i
+        if s.table != NULL:
+            _fill_at(&block, &s.fill, <char*>block.out, <char*>block.sin_out, first + i, m)
         if a.inverse:  # the angle's negative: its sines negated (exact)
             for row in range(m):
-                for j in range(a.n_freq):
-                    s.table[(2 * row + 1) * a.n_freq + j] = -s.table[(2 * row + 1) * a.n_freq + j]
+                for j in range(n):
+                    s.table[(2 * row + 1) * n + j] = -s.table[(2 * row + 1) * n + j]
         _rotate_block(a, s, first + i, m)
         i += m
 
@@ -1142,23 +1277,23 @@ cdef inline void _rotate_row(const apply_request* a, const rotation* target,
     # by them, or added to them.
     cdef char* y = target.y + target.y_rows[first + i] + target.y_heads[h]
     cdef const char* x = target.x + target.x_rows[first + i] + target.x_heads[h]
-    cdef Py_ssize_t n = a.n_freq
+    cdef Py_ssize_t n = a.angles.n_freq, row = a.angles.width
     if x != y:
         memcpy(y, x, target.width * _row_itemsize(target))
-    if a.table_width == 0:
+    if row == 0:
         return
-    cdef const double* c = s.table + i * a.table_width
+    cdef const double* c = s.table + i * row
     cdef const double* sn = c + n
     cdef int dtype = target.dtype
     if a.add:
         if dtype == ROW_FLOAT64:
-            cpe_add_row_double(<double*>y, c, a.x_scale, a.table_width)
+            cpe_add_row_double(<double*>y, c, a.x_scale, row)
         elif dtype == ROW_FLOAT32:
-            cpe_add_row_float(<float*>y, c, a.x_scale, a.table_width)
+            cpe_add_row_float(<float*>y, c, a.x_scale, row)
         elif dtype == ROW_FLOAT16:
-            cpe_add_row_cpe_f16(<cpe_f16*>y, c, a.x_scale, a.table_width)
+            cpe_add_row_cpe_f16(<cpe_f16*>y, c, a.x_scale, row)
         else:
-            cpe_add_row_cpe_bf16(<cpe_bf16*>y, c, a.x_scale, a.table_width)
+            cpe_add_row_cpe_bf16(<cpe_bf16*>y, c, a.x_scale, row)
     elif a.interleaved:
         if dtype == ROW_FLOAT64:
             cpe_rotate_interleaved_double(<double*>y, NULL, c, sn, n)

@@ -30,7 +30,7 @@ from cpe._args import (
     written,
 )
 from cpe._core import (
-    APPLY_MAX_AXES,
+    MAX_AXES,
     rope_axes,
     rope_fill,
     rope_tables,
@@ -485,11 +485,6 @@ class Rope:
                     'axes_dim rotates interleaved pairs: it takes layout="interleaved"'
                 )
             widths = self._widths
-            if len(widths) > APPLY_MAX_AXES:
-                raise ValueError(
-                    f"axes_dim: RoPE is applied with {APPLY_MAX_AXES} axes at most, got "
-                    f"{len(widths)} (rope_cos_sin makes the tables of more)"
-                )
             if given is None or given.ndim == 0 or given.shape[-1] != len(widths):
                 raise ValueError(
                     f"positions must have a last axis of len(axes_dim) = {len(widths)} with "
@@ -862,6 +857,8 @@ def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:
     widths = [as_count(width, f"axes_dim[{i}]", 2) for i, width in enumerate(items)]
     if not widths:
         raise ValueError("axes_dim must give at least one axis")
+    if len(widths) > MAX_AXES:
+        raise ValueError(f"axes_dim gives {MAX_AXES} axes at most, got {len(widths)}")
     odd = [width for width in widths if width % 2]
     if odd:
         raise ValueError(f"axes_dim must hold even widths, got {widths}")

@@ -332,10 +332,12 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
    checks, and empty in the functions that call them.
    RoPE's stores multiply every value by the attention factor (amplitude) in
    double before the one rounding to T: 1 leaves the bits of the product. They
-   also place the values of frequency j at column c_j ("half": and
-   c_j + half_at; "interleaved": pair c_j), c_j = j, or columns[j] when that
-   map is given, so that one axis of a multi-axis table goes straight into its
-   columns; a whole table is columns NULL, half_at n_freq. Their functions take
+   also place the values of frequency j at column c_j ("half": and c2_j;
+   "interleaved": pair c_j): c_j = j and c2_j = half_at + j, or, when a map is
+   given, c_j = columns[j] and c2_j = columns[n_freq + j] (a map of 2 n_freq
+   columns, "half"; of n_freq pairs, interleaved), so that the frequencies of
+   several axes go straight to their columns; a whole table is columns NULL,
+   half_at n_freq. Their functions take
    these as more parameters: kind ROPE, where the others are kind PLAIN. */
 #define CPE_CHAIN_EXTRA_PARAMS_PLAIN
 #define CPE_CHAIN_EXTRA_PARAMS_ROPE , double amplitude, const Py_ssize_t *columns, Py_ssize_t half_at
@@ -357,21 +359,23 @@ static double cpe_chain_sine(const double *const *rows, int count, Py_ssize_t j,
     CPE_ALWAYS_INLINE void cpe_chain_##name##_##T##_impl                                \
     CPE_CHAIN_PARAMS(T, ROPE, CPE_RESTRICT) {                                           \
         if (columns == NULL) {                                                          \
-            CPE_CHAIN_SWITCH(STORE(j))                                                  \
+            CPE_CHAIN_SWITCH(STORE(j, half_at + j))                                     \
         } else {                                                                        \
-            CPE_CHAIN_SWITCH(STORE(columns[j]))                                         \
+            CPE_CHAIN_SWITCH(STORE(columns[j], columns[n_freq + j]))                    \
         }                                                                               \
     }
-#define CPE_ROPE_HALF(T, at)                                                            \
-    (first[at] = first[half_at + (at)] = (T)(amplitude * c),                            \
-     second[at] = second[half_at + (at)] = (T)(amplitude * s))
-#define CPE_ROPE_INTERLEAVED(T, at)                                                     \
+/* (at, at2: the columns of the two copies; interleaved, at is a pair and at2 is
+   not read) */
+#define CPE_ROPE_HALF(T, at, at2)                                                       \
+    (first[at] = first[at2] = (T)(amplitude * c),                                       \
+     second[at] = second[at2] = (T)(amplitude * s))
+#define CPE_ROPE_INTERLEAVED(T, at, at2)                                                \
     (first[2 * (at)] = first[2 * (at) + 1] = (T)(amplitude * c),                        \
      second[2 * (at)] = second[2 * (at) + 1] = (T)(amplitude * s))
-#define CPE_ROPE_HALF_double(at) CPE_ROPE_HALF(double, at)
-#define CPE_ROPE_HALF_float(at) CPE_ROPE_HALF(float, at)
-#define CPE_ROPE_INTERLEAVED_double(at) CPE_ROPE_INTERLEAVED(double, at)
-#define CPE_ROPE_INTERLEAVED_float(at) CPE_ROPE_INTERLEAVED(float, at)
+#define CPE_ROPE_HALF_double(at, at2) CPE_ROPE_HALF(double, at, at2)
+#define CPE_ROPE_HALF_float(at, at2) CPE_ROPE_HALF(float, at, at2)
+#define CPE_ROPE_INTERLEAVED_double(at, at2) CPE_ROPE_INTERLEAVED(double, at, at2)
+#define CPE_ROPE_INTERLEAVED_float(at, at2) CPE_ROPE_INTERLEAVED(float, at, at2)
 #define CPE_CHAIN_STORES(T)                                                             \
     CPE_CHAIN_STORE(T, PLAIN, interleaved, (first[2 * j] = (T)s, first[2 * j + 1] = (T)c)) \
     CPE_CHAIN_STORE(T, PLAIN, blocked, (first[j] = (T)s, second[j] = (T)c))             \

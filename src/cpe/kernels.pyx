@@ -32,8 +32,8 @@ cdef inline int _engine_fill(void* out, void* sin_out, const double* positions,
     # the levels).
     cdef fill_request r = fill_request(
         out=out, sin_out=sin_out, positions=positions, start=start, n=n, width=width,
-        row_stride=width, float32=float32, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0,
-        levels=NULL, store=store, amplitude=1.0, columns=NULL, half_at=n_freq)
+        float32=float32, w_hi=w_hi, w_lo=w_lo, n_freq=n_freq, w_max=-1.0, levels=NULL,
+        axes=NULL, n_axes=0, store=store, amplitude=1.0, columns=NULL, half_at=n_freq)
     return _engine.fill(&r)
 
 
@@ -110,7 +110,7 @@ cdef inline int _engine_rotate(char* x, const double* positions, double start, P
                                const double* w_hi, const double* w_lo, bint interleaved,
                                bint inverse, bint float32) noexcept nogil:
     # The apply request of one call: one axis, one array, its rows' offsets.
-    cdef Py_ssize_t itemsize = 4 if float32 else 8, i, first_column = 0
+    cdef Py_ssize_t itemsize = 4 if float32 else 8, i
     if head_dim < 2 or head_dim % 2 or n < 0 or n_heads < 0:
         return CPE_ERR_ARGUMENT
     if ((n and _magnitude(position_stride) > PY_SSIZE_T_MAX // itemsize // n)
@@ -128,14 +128,12 @@ cdef inline int _engine_rotate(char* x, const double* positions, double start, P
         x=x, y=x, x_rows=offsets, y_rows=offsets, x_heads=offsets + n, y_heads=offsets + n,
         n_heads=n_heads, width=head_dim, dtype=ROW_FLOAT32 if float32 else ROW_FLOAT64,
         heads_inner=_magnitude(head_stride) < _magnitude(position_stride))
-    cdef fill_request axis = fill_request(
+    cdef fill_request angles = fill_request(
         out=NULL, sin_out=NULL, positions=positions, start=start, n=n, width=head_dim,
-        row_stride=head_dim, float32=False, w_hi=w_hi, w_lo=w_lo, n_freq=head_dim // 2,
-        w_max=-1.0, levels=NULL, store=STORE_ROPE_HALF, amplitude=1.0, columns=NULL,
-        half_at=0)
+        float32=False, w_hi=w_hi, w_lo=w_lo, n_freq=head_dim // 2, w_max=-1.0, levels=NULL,
+        axes=NULL, n_axes=0, store=STORE_ROPE_HALF, amplitude=1.0, columns=NULL, half_at=0)
     cdef apply_request a = apply_request(
-        axes=&axis, first_columns=&first_column, n_axes=1, n=n, n_freq=head_dim // 2,
-        table_width=head_dim, add=False, x_scale=1.0, interleaved=interleaved,
+        angles=&angles, n=n, add=False, x_scale=1.0, interleaved=interleaved,
         inverse=inverse, targets=&target, n_targets=1)
     cdef apply_scratch s
     cdef int status = _engine.apply_check(&a)
