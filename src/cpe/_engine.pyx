@@ -775,18 +775,19 @@ cdef inline char* _rows_at(void* table, const fill_request* r, Py_ssize_t first)
     return <char*>table + first * r.width * _itemsize(r)
 
 
-cdef inline int _axis_scratch_new(const fill_request* axis, Py_ssize_t served,
-                                  axis_scratch* s) noexcept nogil:
-    # The scratch of an axis' walk (see scratch_new): CPE_OK, or CPE_ERR_NOMEM.
+cdef inline int _axis_scratch_new(const fill_request* axis, Py_ssize_t count,
+                                  Py_ssize_t served, axis_scratch* s) noexcept nogil:
+    # The scratch of an axis' walk of parts of ``count`` rows (see scratch_new):
+    # CPE_OK, or CPE_ERR_NOMEM.
     cpe_level_shape(axis.n_freq, &s.own.radix, &s.own.shift, &s.own.n_levels)
     cdef Py_ssize_t row_doubles = 2 * axis.n_freq
     cdef Py_ssize_t radix = s.own.radix
     cdef int n_levels = s.own.n_levels
     # Scratch, each a pair row on a cache line: the identity (made by a part when
     # it meets position 0), the row of H, one for a direct or negated row, the
-    # products of the digits above level k (k >= 1), and a spare row per level
-    # (see _level_row).
-    cdef Py_ssize_t scratch_rows = 2 * n_levels + 2
+    # products of the digits above level k (k >= 1; one row, a part of one row),
+    # and a spare row per level (see _level_row).
+    cdef Py_ssize_t scratch_rows = 3 + _product_rows(n_levels, count > 1) + n_levels
     if row_doubles > (PY_SSIZE_T_MAX // 8 - 8) // scratch_rows:
         return CPE_ERR_NOMEM
     s.owned = <double*>malloc(sizeof(double) * (scratch_rows * row_doubles + 8))
@@ -820,7 +821,7 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
         s.axes[k].owned = s.axes[k].own_rows = s.axes[k].own.rows = NULL
         s.axes[k].own.state = NULL
         s.n_axes = k + 1
-        if _axis_scratch_new(&axes[k], served, &s.axes[k]) != CPE_OK:
+        if _axis_scratch_new(&axes[k], count, served, &s.axes[k]) != CPE_OK:
             scratch_free(s)
             return CPE_ERR_NOMEM
     if r.n_axes:  # the pair row of all of a row's angles
@@ -854,8 +855,8 @@ cdef void scratch_free(fill_scratch* s) noexcept nogil:
 cdef inline int _fill_at(const fill_request* r, fill_scratch* s, char* out, char* sin_out,
                          Py_ssize_t first, Py_ssize_t count) noexcept nogil:
     # The rows of positions first .. first + count at ``out`` (and ``sin_out``):
-    # CPE_OK, or -1 with nothing written when a row needed scratch rows that
-    # ``s`` has none of (see _no_scratch).
+    # CPE_OK, or CPE_ERR_NOMEM with nothing written when the lazy scratch of one
+    # row (see fill) could not allocate a row it needed.
     cdef int status
     if r.float32:
         status = _fill_rows(<float*>out, <float*>sin_out, first, count, r, s)
@@ -882,12 +883,12 @@ cdef int fill(const fill_request* r) noexcept nogil:
     cdef fill_scratch s
     if r.n == 1 and r.n_axes == 0 and r.n_freq and not _streaming(
             r.out, 1, r.width, _itemsize(r), r.sin_out if _rope(r) else NULL):
-        # One row, first without scratch rows: it needs none when its digit rows
-        # are kept and its position is a positive integer of at most four digits
-        # (a decoding step, say); else it is made again with them.
-        _no_scratch(r, &s)
-        if _fill_at(r, &s, <char*>r.out, <char*>r.sin_out, 0, 1) == CPE_OK:
-            return CPE_OK
+        # One row: its walk allocates only the scratch rows it needs (none when
+        # its digit rows are kept and its position is a positive integer of at
+        # most four digits: a decoding step, say). Nothing is written before
+        # they are all there.
+        _lazy_scratch(r, &s)
+        return _fill_at(r, &s, <char*>r.out, <char*>r.sin_out, 0, 1)
     status = scratch_new(r, 0, r.n, r.n, &s)
     if status == CPE_OK:
         fill_part(r, &s, 0, r.n)
@@ -899,9 +900,9 @@ cdef inline bint _rope(const fill_request* r) noexcept nogil:
     return r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
 
 
-cdef inline void _no_scratch(const fill_request* r, fill_scratch* s) noexcept nogil:
-    # The scratch of one row of one axis without rows (see _walk_row), stored in
-    # place; scratch_free has nothing to free.
+cdef inline void _lazy_scratch(const fill_request* r, fill_scratch* s) noexcept nogil:
+    # The scratch of one row of one axis, stored in place, without rows: its walk
+    # allocates them (see _walk_start); scratch_free has nothing to free.
     s.n_axes = 0
     s.owned = NULL
     s.sink.owned = NULL
@@ -937,11 +938,16 @@ cdef struct walk:
     const fill_request* axis
     cpe_levels* levels
     Py_ssize_t row_doubles
+    # its scratch rows: made in the part's scratch, or (lazy) allocated the first
+    # time they are needed and freed by _walk_free
     double* identity
     double* high_row
     double* direct
-    double* products     # level k's at products + (k - 1) rows
-    double* spares       # level k's at spares + k rows
+    double* products     # level k's at products + (k - 1) rows (one row unless keep)
+    double* spare[8]     # level k's
+    bint lazy
+    void* owned[12]
+    int n_owned
     long long prefix[8]
     const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
     long long current_high
@@ -949,24 +955,69 @@ cdef struct walk:
     bint made_identity
 
 
+cdef inline Py_ssize_t _product_rows(int n_levels, bint keep) noexcept nogil:
+    # The product rows of a walk: of the upper digits when it keeps them, else
+    # the one a full chain is folded into.
+    return n_levels - 1 if keep else 1
+
+
 cdef inline void _walk_start(walk* w, const fill_request* axis, axis_scratch* s,
                              bint keep) noexcept nogil:
-    cdef int k
+    # A walk whose rows are the scratch's, or allocated as needed when it has
+    # none (a part of one row: see fill).
+    cdef int k, n_levels
     w.axis = axis
     w.levels = axis.levels if axis.levels != NULL else &s.own
     w.row_doubles = 2 * axis.n_freq
-    w.identity = w.high_row = w.direct = w.products = w.spares = NULL
-    if s.owned != NULL:  # (else no scratch rows: see _walk_row)
-        w.identity = _line_start(s.owned)
-        w.high_row = w.identity + w.row_doubles
-        w.direct = w.high_row + w.row_doubles
-        w.products = w.direct + w.row_doubles
-        w.spares = w.products + (w.levels.n_levels - 1) * w.row_doubles
-    for k in range(w.levels.n_levels):
+    n_levels = w.levels.n_levels
+    w.identity = w.high_row = w.direct = w.products = NULL
+    for k in range(n_levels):
+        w.spare[k] = NULL
+    w.lazy = s.owned == NULL
+    w.n_owned = 0
+    if not w.lazy:
+        for k in range(n_levels):
+            w.spare[k] = _line_start(s.owned) + k * w.row_doubles
+        w.products = w.spare[0] + n_levels * w.row_doubles
+        w.direct = w.products + _product_rows(n_levels, keep) * w.row_doubles
+        w.high_row = w.direct + w.row_doubles
+        w.identity = w.high_row + w.row_doubles
+    for k in range(n_levels):
         w.prefix[k] = -1
     w.current_high = -1
     w.keep = keep
     w.made_identity = False
+
+
+cdef inline double* _row(walk* w, double** slot) noexcept nogil:
+    """The scratch row at ``slot``, allocated now by a lazy walk; NULL if it could
+    not be."""
+    cdef void* p
+    if slot[0] == NULL and w.lazy and w.n_owned < 12:
+        p = malloc(sizeof(double) * (w.row_doubles + 8))
+        if p != NULL:
+            w.owned[w.n_owned] = p
+            w.n_owned += 1
+            slot[0] = _line_start(<double*>p)
+    return slot[0]
+
+
+cdef inline void _walk_free(walk* w) noexcept nogil:
+    cdef int k
+    for k in range(w.n_owned):
+        free(w.owned[k])
+    w.n_owned = 0
+
+
+cdef inline const double* _digit_row(walk* w, int k, Py_ssize_t d) noexcept nogil:
+    # Level row (k, d) (see _level_row), made in level k's spare row when it must
+    # be; NULL if that row could not be allocated.
+    cdef const double* row = _level_row(w.levels, k, d, w.spare[k], w.axis.w_hi,
+                                        w.axis.w_lo, w.axis.n_freq)
+    if row == NULL and _row(w, &w.spare[k]) != NULL:
+        row = _level_row(w.levels, k, d, w.spare[k], w.axis.w_hi, w.axis.w_lo,
+                         w.axis.n_freq)
+    return row
 
 
 cdef inline double _position(const fill_request* axis, Py_ssize_t i) noexcept nogil:
@@ -975,7 +1026,7 @@ cdef inline double _position(const fill_request* axis, Py_ssize_t i) noexcept no
 
 cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogil:
     """The factors of the row of ``p``, highest first, into ``chain``: their count;
-    -1 if the row needs a scratch row and the walk has none (one row: see fill)."""
+    -1 if a lazy walk could not allocate a row it needs (one row: see fill)."""
     cdef cpe_levels* levels = w.levels
     cdef Py_ssize_t radix = levels.radix, n_freq = w.axis.n_freq, d, j
     cdef int k, count = 0, shift = levels.shift, n_levels = levels.n_levels
@@ -983,7 +1034,7 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
     cdef const double* w_hi = w.axis.w_hi
     cdef const double* w_lo = w.axis.w_lo
     if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
-        if w.direct == NULL:
+        if _row(w, &w.direct) == NULL:
             return -1
         _sincos_row(w.direct, p, w_hi, w_lo, n_freq)
         chain[0] = w.direct
@@ -991,7 +1042,7 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
     m = <long long>fabs(p)
     high = m >> (shift * n_levels)
     if high != w.current_high:
-        if high and w.high_row == NULL:
+        if high and _row(w, &w.high_row) == NULL:
             return -1
         w.current_high = high
         if high:
@@ -1008,12 +1059,9 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
                 if d == 0:
                     w.upper[k] = w.upper[k + 1]
                 elif w.upper[k + 1] == NULL:
-                    w.upper[k] = _level_row(levels, k, d, w.spares + k * w.row_doubles, w_hi,
-                                            w_lo, n_freq)
+                    w.upper[k] = _digit_row(w, k, d)
                 else:
-                    _product_pairs(w.products + (k - 1) * w.row_doubles,
-                                   _level_row(levels, k, d, w.spares + k * w.row_doubles, w_hi,
-                                              w_lo, n_freq),
+                    _product_pairs(w.products + (k - 1) * w.row_doubles, _digit_row(w, k, d),
                                    w.upper[k + 1], n_freq)
                     w.upper[k] = w.products + (k - 1) * w.row_doubles
         if w.upper[1] != NULL:
@@ -1026,18 +1074,16 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
         for k in range(n_levels - 1, 0, -1):
             d = (m >> (shift * k)) & (radix - 1)
             if d:
-                count = _push(w, chain, count, _level_row(
-                    levels, k, d, w.spares + k * w.row_doubles if w.spares != NULL else NULL,
-                    w_hi, w_lo, n_freq))
+                count = _push(w, chain, count, _digit_row(w, k, d))
                 if count < 0:
                     return -1
     d = m & (radix - 1)
     if d:
-        count = _push(w, chain, count, _level_row(levels, 0, d, w.spares, w_hi, w_lo, n_freq))
+        count = _push(w, chain, count, _digit_row(w, 0, d))
         if count < 0:
             return -1
     if p < 0:  # the row of |p|, its sines negated in double
-        if w.direct == NULL:
+        if _row(w, &w.direct) == NULL:
             return -1
         _product_chain(w.direct, chain, count, n_freq)
         for j in range(n_freq):
@@ -1045,7 +1091,7 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
         chain[0] = w.direct
         return 1
     if count == 0:  # position 0
-        if w.identity == NULL:
+        if _row(w, &w.identity) == NULL:
             return -1
         if not w.made_identity:
             for j in range(n_freq):
@@ -1064,7 +1110,7 @@ cdef inline int _push(walk* w, const double** chain, int count,
     # in the same order: the same bits). A row has at most five factors (H and
     # four digits), so a chain is folded at most once and that row is never in
     # it. -1 if ``row`` is NULL, or a fold has no row to go to (see _walk_row).
-    if row == NULL or (count == 4 and w.products == NULL):
+    if row == NULL or (count == 4 and _row(w, &w.products) == NULL):
         return -1
     if count == 4:
         _product_chain(w.products, chain, 4, w.axis.n_freq)
@@ -1080,7 +1126,7 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
     # first .. first + n. With several axes, each axis' pair row goes to its
     # frequencies of a row of all of them, made again only when its position
     # changes (a row depends on its position alone), then stored as one.
-    # CPE_OK, or -1 with nothing written (see _fill_at).
+    # CPE_OK, or CPE_ERR_NOMEM with nothing written (see _fill_at).
     cdef Py_ssize_t i, j, n_freq = r.n_freq, width = r.width
     if n == 0 or width == 0:
         return CPE_OK
@@ -1109,8 +1155,9 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
     for i in range(n):
         if n_axes == 1:
             count = _walk_row(&walks[0], _position(axes, first + i), chain)
-            if count < 0:  # (one row without scratch rows: nothing is written yet)
-                return -1
+            if count < 0:  # (a lazy walk, of one row: nothing is written yet)
+                _walk_free(&walks[0])
+                return CPE_ERR_NOMEM
         else:
             for k in range(n_axes):
                 p = _position(&axes[k], first + i)
@@ -1122,6 +1169,8 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
             chain[0] = row
             count = 1
         _store_row(r, &s.sink, &c, out, sin_out, i, n - 1, chain, count)
+    for k in range(n_axes):
+        _walk_free(&walks[k])
     return CPE_OK
 
 
