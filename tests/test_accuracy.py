@@ -229,3 +229,70 @@ def test_float64_near_multiples_of_half_pi(D, report_error):
     for p, row in zip(positions, rows, strict=True):
         worst = max(error(row[k], p, D, k) for k in range(min(D, 8)))
         report_error("float64, p near k*pi/2 (argument reduction)", worst, F64_BOUND)
+
+
+LIMIT_BASES = [10000.0, 500000.0, 1.0001, 1.5, 0.5, 2.0, 1e-300, 1e300]
+
+
+@pytest.mark.parametrize("base", LIMIT_BASES)
+@pytest.mark.parametrize("D", [64, 4096, 32768])
+def test_frequencies_are_double_doubles_within_2_to_the_minus_104(base, D):
+    """Each w_j = base ** (-2j / D), as the double-double hi + lo of the encoding,
+    is within 2**-104 of its exact value (relative), at every j: what keeps the
+    angles near 2**53 within ~5e-16 (frequencies that are subnormal doubles, whose
+    angles are below 2**-960, are within 2**-1072 instead)."""
+    from exact import frequency
+
+    w = cpe._core.paper_frequencies(D, base, "D")
+    n = D // 2
+    for j in sorted({*range(0, n, max(1, n // 300)), n - 1}):
+        exact = frequency(j, D, base)
+        got = mpmath.mpf(float(w[0, j])) + mpmath.mpf(float(w[1, j]))
+        assert abs(got - exact) <= max(2.0**-104 * exact, mpmath.mpf(2) ** -1072), (j, base)
+
+
+def _largest_positions(w_max: float, rng: np.random.Generator) -> list[float]:
+    """Positions whose largest angle is at or near the limit 2**53 (integers up
+    to 2**53, beyond that real values), both signs."""
+    top = min(2.0**53, 2.0**53 / w_max)
+    if top >= 4:
+        top = float(np.floor(top))
+        near = [top, top - 1, top - 2**20, *np.floor(top * rng.uniform(0.5, 1, 4))]
+        real = [top - 0.5, top * 0.75 + 0.25]
+    else:  # (tiny positions: angles of huge frequencies)
+        near, real = [], [top, top * (1 - 2**-20), top * 0.625]
+    return [s * p for p in near + real for s in (1, -1)]
+
+
+@pytest.mark.parametrize("base", LIMIT_BASES)
+@pytest.mark.parametrize("D", [2, 64, 512, 4096, 8192])
+def test_float64_bound_holds_up_to_the_angle_limit(base, D, report_error):
+    """The float64 bound holds at every accepted position, up to |p * w_j| = 2**53,
+    for bases far from the paper's and widths beyond 4096: the frequencies are
+    within ~2**-105 of base ** (-2j / D), so the angles near 2**53 are within
+    ~3e-16 of the exact ones."""
+    import mpmath
+
+    from exact import frequency
+
+    rng = np.random.default_rng(D)
+    w = [frequency(j, D, base) for j in range(D // 2)]
+    w_max = float(max(w))
+    positions = _largest_positions(w_max, rng)
+    n = D // 2
+    by_angle = sorted(range(n), key=lambda j: -w[j])
+    columns = sorted({*by_angle[:6], 0, n - 1, *rng.integers(0, n, 6).tolist()})
+    rows = cpe.positional_encoding(positions, D, base=base)  # an array
+    for i, p in enumerate(positions):
+        single = cpe.positional_encoding(int(p) if p == int(p) else p, D, base=base)
+        np.testing.assert_array_equal(single, rows[i])  # (the same bits, as ever)
+        for j in columns:
+            angle = mpmath.mpf(p) * w[j]
+            got = (float(rows[i, 2 * j]), float(rows[i, 2 * j + 1]))
+            worst = max(abs(got[0] - mpmath.sin(angle)), abs(got[1] - mpmath.cos(angle)))
+            report_error("float64, angles up to 2**53", float(worst), F64_BOUND)
+    # A table ending next to the largest integer position (its end is exclusive).
+    if positions[0] >= 64 and positions[0] == int(positions[0]):
+        last = int(positions[2])
+        table = cpe.positional_encoding_table(16, D, start=last - 15, base=base)
+        np.testing.assert_array_equal(table[-1], rows[2])

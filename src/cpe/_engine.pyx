@@ -281,6 +281,125 @@ cdef dd _dd_log(double a) noexcept nogil:
     return _dd_add(t, _dd_mul_d(dd(hi=LN2_HI, lo=LN2_LO), <double>e))
 
 
+# ---- triple-double arithmetic: the frequencies to ~2**-150, rounded once ----
+# (x0, x1, x2) stands for x0 + x1 + x2, each part below half an ulp of the one
+# before. A frequency w_j = scale * ratio**j, ratio = base**(-1 / den), is off by
+# about j times ratio's own relative error, and an angle p * w_j near 2**53 by
+# 2**53 times w_j's: the float64 bound needs w_j within ~2**-104. In
+# triple-double, ratio is within ~2**-140 and the recurrence loses ~2**-150 a
+# step, so each w_j is within ~2**-105 once made a double-double.
+
+cdef struct td:
+    double x0
+    double x1
+    double x2
+
+# ln 2 as a triple-double.
+cdef td LN2_TD = td(x0=6.931471805599453e-01, x1=2.3190468138462996e-17,
+                    x2=5.707708438416212e-34)
+
+
+cdef inline td _td_renormalize(double a, double b, double c) noexcept nogil:
+    # a + b + c (|a| >= |b| >= |c| roughly) as non-overlapping parts.
+    cdef dd s = _two_sum(b, c)
+    cdef dd r = _two_sum(a, s.hi)
+    cdef dd t = _two_sum(r.lo, s.lo)
+    r = _quick_two_sum(r.hi, t.hi)
+    t = _quick_two_sum(r.lo, t.lo)
+    return td(x0=r.hi, x1=t.hi, x2=t.lo)
+
+
+cdef inline td _td_add(td a, td b) noexcept nogil:
+    cdef dd s0 = _two_sum(a.x0, b.x0)
+    cdef dd s1 = _two_sum(a.x1, b.x1)
+    cdef dd t = _two_sum(s1.hi, s0.lo)
+    return _td_renormalize(s0.hi, t.hi, t.lo + s1.lo + (a.x2 + b.x2))
+
+
+cdef inline td _td_mul(td a, td b) noexcept nogil:
+    cdef dd p00 = _two_prod(a.x0, b.x0)
+    cdef dd p01 = _two_prod(a.x0, b.x1)
+    cdef dd p10 = _two_prod(a.x1, b.x0)
+    cdef dd s = _two_sum(p00.lo, p01.hi)
+    cdef dd t = _two_sum(s.hi, p10.hi)
+    cdef double rest = (s.lo + t.lo + p01.lo + p10.lo
+                        + (a.x0 * b.x2 + a.x1 * b.x1 + a.x2 * b.x0))
+    return _td_renormalize(p00.hi, t.hi, rest)
+
+
+cdef inline td _td_mul_d(td a, double b) noexcept nogil:
+    cdef dd p0 = _two_prod(a.x0, b)
+    cdef dd p1 = _two_prod(a.x1, b)
+    cdef dd s = _two_sum(p0.lo, p1.hi)
+    return _td_renormalize(p0.hi, s.hi, s.lo + p1.lo + a.x2 * b)
+
+
+cdef inline td _td_div_d(td a, double b) noexcept nogil:
+    # Three quotient digits, each from the remainder left by the ones before.
+    cdef double q0 = a.x0 / b
+    cdef td r = _td_add(a, _td_mul_d(td(x0=q0, x1=0.0, x2=0.0), -b))
+    cdef double q1 = r.x0 / b
+    r = _td_add(r, _td_mul_d(td(x0=q1, x1=0.0, x2=0.0), -b))
+    return _td_renormalize(q0, q1, r.x0 / b)
+
+
+cdef inline td _td_scale(td a, int k) noexcept nogil:
+    return td(x0=ldexp(a.x0, k), x1=ldexp(a.x1, k), x2=ldexp(a.x2, k))
+
+
+# 1 / i! for i <= 15, as triple-doubles (set at import).
+cdef td _INVERSE_FACTORIAL_TD[16]
+
+
+cdef void _set_inverse_factorials_td() noexcept nogil:
+    cdef int i
+    _INVERSE_FACTORIAL_TD[0] = td(x0=1.0, x1=0.0, x2=0.0)
+    for i in range(1, 16):
+        _INVERSE_FACTORIAL_TD[i] = _td_div_d(_INVERSE_FACTORIAL_TD[i - 1], <double>i)
+
+
+_set_inverse_factorials_td()
+
+
+cdef td _td_exp(td a) noexcept nogil:
+    # As _dd_exp: exp(a) = 2**k * exp(r)**1024, |r| <= ln2 / 2048, expm1(r) by its
+    # Taylor series to r**15 (below 2**-170 of it), doubled ten times by
+    # e(2x) = 2 e(x) + e(x)**2.
+    if not fabs(a.x0) <= 708.0:  # beyond (or NaN): no reduction needed, none possible
+        return td(x0=exp(a.x0), x1=0.0, x2=0.0)
+    cdef double k = floor(a.x0 / LN2_TD.x0 + 0.5)
+    cdef td r = _td_scale(_td_add(a, _td_mul_d(LN2_TD, -k)), -10)
+    cdef td s = _td_mul(_INVERSE_FACTORIAL_TD[15], r)
+    cdef int i, _
+    for i in range(14, 0, -1):
+        s = _td_mul(_td_add(_INVERSE_FACTORIAL_TD[i], s), r)
+    for _ in range(10):
+        s = _td_add(_td_scale(s, 1), _td_mul(s, s))
+    return _td_scale(_td_add(s, td(x0=1.0, x1=0.0, x2=0.0)), <int>k)
+
+
+cdef td _td_log(double a) noexcept nogil:
+    # As _dd_log, from its double-double: one Newton step y + m exp(-y) - 1 in
+    # triple-double squares its ~2**-104 error.
+    cdef int e
+    cdef double m = frexp(a, &e)
+    cdef dd y0 = _dd_log(m)
+    cdef td y = td(x0=y0.hi, x1=y0.lo, x2=0.0)
+    cdef td t = _td_mul_d(_td_exp(td(x0=-y.x0, x1=-y.x1, x2=-y.x2)), m)
+    y = _td_add(y, _td_add(t, td(x0=-1.0, x1=0.0, x2=0.0)))
+    return _td_add(y, _td_mul_d(LN2_TD, <double>e))
+
+
+cdef inline void _td_product_store(td a, td b, double* hi, double* lo) noexcept nogil:
+    # a * b as a double-double, within ~2**-105 of it: the terms of the product
+    # below 2**-106 of it are summed in double, and each is exact to ~2**-53.
+    cdef dd p = _two_prod(a.x0, b.x0)
+    cdef double rest = (a.x0 * b.x1 + a.x1 * b.x0) + (a.x0 * b.x2 + a.x1 * b.x1 + a.x2 * b.x0)
+    cdef dd r = _quick_two_sum(p.hi, p.lo + rest)
+    hi[0] = r.hi
+    lo[0] = r.lo
+
+
 cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
                      double base, double exponent_den, double scale) noexcept nogil:
     if n_freq < 0 or not (base > 0.0 and isfinite(base)):
@@ -289,29 +408,24 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
         return CPE_ERR_ARGUMENT
     if n_freq and (w_hi == NULL or w_lo == NULL):
         return CPE_ERR_ARGUMENT
-    cdef dd step = _dd_div_d(_dd_log(base), exponent_den)
-    cdef dd ratio = _dd_exp(dd(hi=-step.hi, lo=-step.lo))
+    cdef td step = _td_div_d(_td_log(base), exponent_den)
+    cdef td ratio = _td_exp(td(x0=-step.x0, x1=-step.x1, x2=-step.x2))
     # w_{8q + r} = (scale ratio**(8q)) ratio**r: eight independent products per
-    # step of the recurrence (the steps themselves are a dependent chain). Each
-    # double-double product loses ~2**-105: 2**-96 after 512 steps, far below
-    # what a double can show.
-    cdef dd powers[8]
-    cdef dd w = dd(hi=scale, lo=0.0)
-    cdef dd step8, product
+    # step of the recurrence (the steps themselves are a dependent chain, in
+    # triple-double), each made a double-double.
+    cdef td powers[8]
+    cdef td w = td(x0=scale, x1=0.0, x2=0.0)
+    cdef td step8
     cdef Py_ssize_t j, r
-    powers[0] = dd(hi=1.0, lo=0.0)
+    powers[0] = td(x0=1.0, x1=0.0, x2=0.0)
     for r in range(1, 8):
-        powers[r] = _dd_mul(powers[r - 1], ratio)
-    step8 = _dd_mul(powers[7], ratio)
+        powers[r] = _td_mul(powers[r - 1], ratio)
+    step8 = _td_mul(powers[7], ratio)
     j = 0
     while j < n_freq:
-        w_hi[j] = w.hi
-        w_lo[j] = w.lo
-        for r in range(1, min(8, n_freq - j)):
-            product = _dd_mul(w, powers[r])
-            w_hi[j + r] = product.hi
-            w_lo[j + r] = product.lo
-        w = _dd_mul(w, step8)
+        for r in range(min(8, n_freq - j)):
+            _td_product_store(w, powers[r], &w_hi[j + r], &w_lo[j + r])
+        w = _td_mul(w, step8)
         j += 8
     for j in range(n_freq):
         if not (isfinite(w_hi[j]) and isfinite(w_lo[j])):
