@@ -231,6 +231,40 @@ def test_float64_near_multiples_of_half_pi(D, report_error):
         report_error("float64, p near k*pi/2 (argument reduction)", worst, F64_BOUND)
 
 
+def _integers_near_quarter_turns() -> list[int]:
+    """The integers below 2**53 closest to multiples of pi/2: the numerators of the
+    continued-fraction convergents of pi/2."""
+    mpmath.mp.dps = 50
+    x, (p0, p1) = mpmath.pi / 2, (1, 0)
+    numerators = []
+    while True:
+        a = int(mpmath.floor(x))
+        p0, p1 = a * p0 + p1, p0
+        if p0 > 2**53:
+            return numerators
+        numerators.append(p0)
+        x = 1 / (x - a)
+
+
+@pytest.mark.parametrize("D", [2, 64])
+def test_float64_near_multiples_of_half_pi_up_to_2_to_the_53(D, report_error):
+    """Angles beyond the row loop's reduction (1.6e6) that lie close to a multiple
+    of pi/2, up to the limit 2**53: the integers closest to one, and the doubles
+    nearest k pi/2 for k up to 2**52, both signs."""
+    rng = np.random.default_rng(D)
+    positions = [float(p) for p in _integers_near_quarter_turns() if p > 1_600_000]
+    for k in [2**21 + 1, 2**30 + 3, 2**40 + 5, 2**52 - 1, *rng.integers(2**22, 2**52, 12)]:
+        p = float(int(k) * (mpmath.pi / 2))
+        positions += [p, float(np.nextafter(p, 0.0))]
+    positions = [q for p in positions for q in (p, -p) if abs(p) <= 2**53]
+    rows = cpe.positional_encoding(np.array(positions), D)
+    for p, row in zip(positions, rows, strict=True):
+        worst = max(error(row[k], p, D, k) for k in range(2))
+        report_error("float64, p near k*pi/2 up to 2**53", worst, F64_BOUND)
+        single = cpe.positional_encoding(int(p) if p == int(p) else p, D)
+        np.testing.assert_array_equal(single, row)
+
+
 LIMIT_BASES = [10000.0, 500000.0, 1.0001, 1.5, 0.5, 2.0, 1e-300, 1e300]
 
 

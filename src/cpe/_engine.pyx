@@ -7,15 +7,16 @@ the accuracy:
 
 * the frequencies ``w_j`` are double-doubles (about 106 bits), so the angle
   ``p * w_j`` is formed exactly as ``th + tl``, and a row of sines and cosines
-  of such angles is computed by the vectorized loop of ``cpe_rows.h`` (libm's
-  ``sin``/``cos`` with ``sin(th + tl) = sin(th) + tl * cos(th)`` beyond its range);
+  of such angles is computed by the vectorized loop of ``cpe_rows.h`` (its
+  scalar ``cpe_sincos_exact`` beyond its range), with no libm call: every value
+  is a function of its inputs alone, on every platform;
 * every integer position uses the angle-addition identity: its row is the
   complex product of a few "digit" rows ``(sin, cos)(d R**k w)``, each computed
   as above, in an order fixed by the position alone (see cpe_fill.h and "the one
   fill loop" below), so only a handful of rows need that loop, every value stays
   within a few ulp, and a position has the same bits in every request.
 """
-from libc.math cimport sin, cos, exp, log, fma, fabs, frexp, ldexp, floor, isfinite
+from libc.math cimport INFINITY, fma, fabs, frexp, ldexp, floor, isfinite
 from libc.stdlib cimport calloc, malloc, free, getenv
 from libc.string cimport memcpy
 from libc.stdint cimport uintptr_t
@@ -43,6 +44,8 @@ cdef extern from "cpe_rows.h":
     int cpe_rows_level
     void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
+    void cpe_sincos_exact(double p, double w_hi, double w_lo, double* s,
+                          double* c) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
                             Py_ssize_t n) noexcept nogil
     double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
@@ -250,8 +253,10 @@ cdef dd _dd_exp(dd a) noexcept nogil:
     # r (c_1 + r (c_2 + ... + r (c_5 + r T))), c_i = 1 / i!, by Horner's rule in
     # double-double; T, the terms from r**6 on, in double: its rounding error,
     # times r**5, stays below 2**-115 of the sum.
-    if not fabs(a.hi) <= 708.0:  # beyond (or NaN): no reduction needed, none possible
-        return dd(hi=exp(a.hi), lo=0.0)
+    if a.hi != a.hi or a.hi > 709.0:  # (NaN, or an overflow or close to one)
+        return dd(hi=a.hi if a.hi != a.hi else INFINITY, lo=0.0)
+    if a.hi < -746.0:  # below half the smallest subnormal
+        return dd(hi=0.0, lo=0.0)
     cdef double k = floor(a.hi / LN2_HI + 0.5)
     cdef dd r = _dd_add(a, _dd_mul_d(dd(hi=-LN2_HI, lo=-LN2_LO), k))
     r = dd(hi=ldexp(r.hi, -10), lo=ldexp(r.lo, -10))
@@ -268,13 +273,26 @@ cdef dd _dd_exp(dd a) noexcept nogil:
     return dd(hi=ldexp(s.hi, <int>k), lo=ldexp(s.lo, <int>k))
 
 
+cdef inline double _log_start(double m) noexcept nogil:
+    # log m for 0.5 <= m < 1, to ~2**-52: 2 atanh(z), z = (m - 1) / (m + 1) in
+    # [-1/3, 0), by its series to z**35 (the rest below 9**-18 of it). Plain
+    # arithmetic, so the same bits on every platform (libm's log may differ).
+    cdef double z = (m - 1.0) / (m + 1.0)
+    cdef double z2 = z * z
+    cdef double series = 1.0 / 35.0
+    cdef int i
+    for i in range(33, 0, -2):
+        series = 1.0 / i + z2 * series
+    return 2.0 * z * series
+
+
 cdef dd _dd_log(double a) noexcept nogil:
     # a = m * 2**e with 0.5 <= m < 1, so that exp(-log m) stays in range even for
     # subnormal a; then one Newton step y + m * exp(-y) - 1 squares the error of
-    # libm's log m, and log a = log m + e ln 2.
+    # the first log m, and log a = log m + e ln 2.
     cdef int e
     cdef double m = frexp(a, &e)
-    cdef double y = log(m)
+    cdef double y = _log_start(m)
     cdef dd t = _dd_mul_d(_dd_exp(dd(hi=-y, lo=0.0)), m)
     t = _dd_add(t, dd(hi=-1.0, lo=0.0))
     t = _dd_add(dd(hi=y, lo=0.0), t)
@@ -365,8 +383,10 @@ cdef td _td_exp(td a) noexcept nogil:
     # As _dd_exp: exp(a) = 2**k * exp(r)**1024, |r| <= ln2 / 2048, expm1(r) by its
     # Taylor series to r**15 (below 2**-170 of it), doubled ten times by
     # e(2x) = 2 e(x) + e(x)**2.
-    if not fabs(a.x0) <= 708.0:  # beyond (or NaN): no reduction needed, none possible
-        return td(x0=exp(a.x0), x1=0.0, x2=0.0)
+    if a.x0 != a.x0 or a.x0 > 709.0:  # (NaN, or an overflow or close to one)
+        return td(x0=a.x0 if a.x0 != a.x0 else INFINITY, x1=0.0, x2=0.0)
+    if a.x0 < -746.0:  # below half the smallest subnormal
+        return td(x0=0.0, x1=0.0, x2=0.0)
     cdef double k = floor(a.x0 / LN2_TD.x0 + 0.5)
     cdef td r = _td_scale(_td_add(a, _td_mul_d(LN2_TD, -k)), -10)
     cdef td s = _td_mul(_INVERSE_FACTORIAL_TD[15], r)
@@ -482,34 +502,15 @@ cdef inline int _columns(Py_ssize_t width, Py_ssize_t n_freq, int layout,
 # Pair tables are stored a row at a time as two runs: n_freq sines, then n_freq
 # cosines, so that the product loops read contiguous memory and vectorize.
 
-cdef inline void _sincos(double p, double w_hi, double w_lo,
-                         double* s, double* c) noexcept nogil:
-    # p * w as th + tl exactly (to ~2**-100 relative), then a first-order
-    # correction: the neglected tl**2 / 2 is below 2**-57 while |tl| <= 2**-28,
-    # which holds for every |th| < 2**24. Beyond, add the two angles in full.
-    cdef double th = p * w_hi
-    cdef double tl = fma(p, w_hi, -th) + p * w_lo
-    cdef double sn = sin(th)
-    cdef double cs = cos(th)
-    cdef double sl, cl
-    if fabs(tl) <= 3.725290298461914e-09:
-        s[0] = sn + tl * cs
-        c[0] = cs - tl * sn
-    else:
-        sl = sin(tl)
-        cl = cos(tl)
-        s[0] = sn * cl + cs * sl
-        c[0] = cs * cl - sn * sl
-
-
 cdef inline void _sincos_row(double* pair_row, double p, const double* w_hi,
                              const double* w_lo, Py_ssize_t n_freq) noexcept nogil:
-    # The vectorized loop of cpe_rows.h; libm only for angles beyond its range.
+    # The vectorized loop of cpe_rows.h; cpe_sincos_exact for the angles beyond
+    # its range.
     cdef Py_ssize_t j
     if cpe_sincos_row_fast(pair_row, p, w_hi, w_lo, n_freq):
         for j in range(n_freq):
             if not cpe_fast_element(p, w_hi[j]):
-                _sincos(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
+                cpe_sincos_exact(p, w_hi[j], w_lo[j], &pair_row[j], &pair_row[n_freq + j])
 
 
 cdef inline void _product_pairs(double* pair_row, const double* a, const double* b,

@@ -65,18 +65,44 @@ CPE_ALWAYS_INLINE void cpe_split(double a, double *hi, double *lo) {
     *lo = a - *hi;
 }
 
-CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c) {
-    const double invpio2 = 6.36619772367581382433e-01;
-    const double shifter = 6755399441055744.0; /* 1.5 * 2**52: adding it rounds to an integer */
-    const double pio2_1 = 1.57079632673412561417e+00;  /* first 33 bits of pi/2 */
-    const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
-    const double pio2_2t = 2.02226624879595063154e-21; /* pi/2 - pio2_1 - pio2_2 */
+/* sin and cos of x + y (|x| at most pi/4 and a little, |y| below half an ulp of
+   x), then moved to quadrant q (the low two bits of k, the angle being
+   k pi/2 + x + y): fdlibm's kernels. */
+CPE_ALWAYS_INLINE void cpe_sincos_kernel(double x, double y, uint64_t q, double *s, double *c) {
     const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
                  S3 = -1.98412698298579493134e-04, S4 = 2.75573137070700676789e-06,
                  S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;
     const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03,
                  C3 = 2.48015872894767294178e-05, C4 = -2.75573143513906633035e-07,
                  C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
+    double z = x * x, w = z * z, v = z * x;
+    double rs = S2 + z * (S3 + z * S4) + z * w * (S5 + z * S6);
+    double sn = x - ((z * (0.5 * y - v * rs) - y) - v * S1);
+    double rc = z * (C1 + z * (C2 + z * C3)) + w * w * (C4 + z * (C5 + z * C6));
+    double hz = 0.5 * z;
+    double one_minus = 1.0 - hz;
+    double cs = one_minus + (((1.0 - one_minus) - hz) + (z * rc - x * y));
+    /* Odd k swaps sin and cos; k = 2, 3 (mod 4) negate the sine and k = 1, 2 the
+       cosine. Done on the bits (masks and sign flips) so that plain SSE2
+       vectorizes it too. */
+    uint64_t sn_bits, cs_bits;
+    memcpy(&sn_bits, &sn, sizeof sn_bits);
+    memcpy(&cs_bits, &cs, sizeof cs_bits);
+    uint64_t swap = (uint64_t)0 - (q & 1);
+    uint64_t s_bits = ((cs_bits & swap) | (sn_bits & ~swap)) ^ ((q & 2) << 62);
+    uint64_t c_bits = ((sn_bits & swap) | (cs_bits & ~swap)) ^ (((q + 1) & 2) << 62);
+    memcpy(s, &s_bits, sizeof s_bits);
+    memcpy(c, &c_bits, sizeof c_bits);
+}
+
+/* sin and cos of th + tl, |th| <= CPE_REDUCE_LIMIT: th reduced by k pi/2 with
+   pi/2 in three pieces (Cody and Waite), the remainder a double-double. */
+CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c) {
+    const double invpio2 = 6.36619772367581382433e-01;
+    const double shifter = 6755399441055744.0; /* 1.5 * 2**52: adding it rounds to an integer */
+    const double pio2_1 = 1.57079632673412561417e+00;  /* first 33 bits of pi/2 */
+    const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
+    const double pio2_2t = 2.02226624879595063154e-21; /* pi/2 - pio2_1 - pio2_2 */
     double shifted = th * invpio2 + shifter;
     int64_t bits;
     memcpy(&bits, &shifted, sizeof bits);
@@ -87,25 +113,81 @@ CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c)
     double bb = y0 - r1;
     double y1 = ((r1 - (y0 - bb)) - (t2 + bb)) + (tl - k * pio2_2t);
     double x = y0 + y1;
-    double y = y1 - (x - y0);
-    double z = x * x, w = z * z, v = z * x;
-    double rs = S2 + z * (S3 + z * S4) + z * w * (S5 + z * S6);
-    double sn = x - ((z * (0.5 * y - v * rs) - y) - v * S1);
-    double rc = z * (C1 + z * (C2 + z * C3)) + w * w * (C4 + z * (C5 + z * C6));
-    double hz = 0.5 * z;
-    double one_minus = 1.0 - hz;
-    double cs = one_minus + (((1.0 - one_minus) - hz) + (z * rc - x * y));
-    /* Quadrant k mod 4 is in the low bits of the shifted sum. Odd k swaps sin
-       and cos; k = 2, 3 negate the sine and k = 1, 2 the cosine. Done on the
-       bits (masks and sign flips) so that plain SSE2 vectorizes it too. */
-    uint64_t q = (uint64_t)bits, sn_bits, cs_bits;
-    memcpy(&sn_bits, &sn, sizeof sn_bits);
-    memcpy(&cs_bits, &cs, sizeof cs_bits);
-    uint64_t swap = (uint64_t)0 - (q & 1);
-    uint64_t s_bits = ((cs_bits & swap) | (sn_bits & ~swap)) ^ ((q & 2) << 62);
-    uint64_t c_bits = ((sn_bits & swap) | (cs_bits & ~swap)) ^ (((q + 1) & 2) << 62);
-    memcpy(s, &s_bits, sizeof s_bits);
-    memcpy(c, &c_bits, sizeof c_bits);
+    /* (k mod 4 is in the low bits of the shifted sum) */
+    cpe_sincos_kernel(x, y1 - (x - y0), (uint64_t)bits, s, c);
+}
+
+/* Dekker's exact product a * b = *hi + *lo, for |a|, |b| below 2**996 and a
+   product that does not underflow. */
+CPE_ALWAYS_INLINE void cpe_two_prod(double a, double b, double *hi, double *lo) {
+    double a_hi, a_lo, b_hi, b_lo;
+    cpe_split(a, &a_hi, &a_lo);
+    cpe_split(b, &b_hi, &b_lo);
+    *hi = a * b;
+    *lo = ((a_hi * b_hi - *hi) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo;
+}
+
+/* hi + lo += t, the sum hi + t exact (two_sum), its error added to lo. */
+CPE_ALWAYS_INLINE void cpe_accumulate(double *hi, double *lo, double t) {
+    double s = *hi + t;
+    double bb = s - *hi;
+    *lo += (*hi - (s - bb)) + (t - bb);
+    *hi = s;
+}
+
+/* sin(p w) and cos(p w), w = w_hi + w_lo, for the elements the loop leaves
+   (cpe_fast_element false), with the same kernels and no libm call, so that
+   every value is a function of its inputs alone on every platform:
+   - the product p w_hi is exact (th + its error), formed on p and w_hi scaled
+     by powers of two into the range of Dekker's splitting;
+   - tiny angles (below CPE_TINY) have sine th + tl and cosine 1 (the next
+     terms are below 2**-1700 of them);
+   - angles up to CPE_REDUCE_LIMIT are reduced as the loop reduces them;
+   - larger ones (accepted up to 2**53) by k pi/2 with pi/2 in four pieces
+     (212 bits): each k * piece is an exact double-double (k < 2**54) and the
+     remainder is summed exactly but for its last additions (~2**-105 of 1). */
+static void cpe_sincos_exact(double p, double w_hi, double w_lo, double *s, double *c) {
+    const double invpio2 = 6.36619772367581382433e-01;
+    const double pio2[4] = {1.5707963267948966, 6.123233995736766e-17,
+                            -1.4973849048591698e-33, 5.562271104316826e-50};
+    int ep, ew;
+    (void)frexp(p, &ep);
+    (void)frexp(w_hi, &ew);
+    int half = (ep - ew) / 2;
+    double th, err, hi, lo, a, b;
+    cpe_two_prod(ldexp(p, -half), ldexp(w_hi, half), &th, &err);
+    double tl = err + p * w_lo;
+    if (!(fabs(th) >= CPE_TINY)) {
+        *s = th + tl;
+        *c = 1.0;
+        return;
+    }
+    if (fabs(th) <= CPE_REDUCE_LIMIT) {
+        cpe_sincos_dd(th, tl, s, c);
+        return;
+    }
+    /* k, the integer nearest to (th + tl) 2/pi: th 2/pi as a double-double, for
+       its fraction (a double near 2**53 has none), so that |x + y| <= pi/4
+       (and a little), where the kernels are accurate. */
+    double v, f;
+    cpe_two_prod(th, invpio2, &v, &f);
+    f += th * -3.935735335036497e-17 + tl * invpio2; /* 2/pi - invpio2 */
+    double k = floor(v);
+    k += floor((v - k) + f + 0.5);
+    cpe_two_prod(k, pio2[0], &a, &b);
+    hi = th - a; /* exact: th and a are within a factor of 2 */
+    lo = 0.0;
+    cpe_accumulate(&hi, &lo, -b);
+    cpe_accumulate(&hi, &lo, tl);
+    cpe_two_prod(k, pio2[1], &a, &b);
+    cpe_accumulate(&hi, &lo, -a);
+    cpe_accumulate(&hi, &lo, -b);
+    cpe_two_prod(k, pio2[2], &a, &b);
+    cpe_accumulate(&hi, &lo, -a);
+    cpe_accumulate(&hi, &lo, -b);
+    cpe_accumulate(&hi, &lo, -(k * pio2[3]));
+    double x = hi + lo;
+    cpe_sincos_kernel(x, lo - (x - hi), (uint64_t)(int64_t)k, s, c);
 }
 
 /* Returns 1 when some element is outside the range of the loop (cpe_fast_element).
