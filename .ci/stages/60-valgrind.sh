@@ -3,7 +3,8 @@
 # Uses the system's own python3 (Debian's 3.11 here, Ubuntu's on GitHub's runners;
 # pyenv's is noisy under valgrind) in a venv, with
 # PYTHONMALLOC=malloc so that every Python allocation is checked, and the
-# suppressions in .ci/valgrind-python.supp (ld.so and glibc false positives).
+# suppressions in .ci/valgrind-python.supp (ld.so and glibc false positives) and
+# those generated from a run of this Python without cpe.
 # Any memcheck error fails the stage (--error-exitcode=99).
 #
 # Run here: values, errors, huge requests, docs, and the property tests with a few
@@ -38,11 +39,33 @@ start=$SECONDS
 CFLAGS="-g" install_cpe "$work/venv" "$work/src"
 echo "-- built cpe for $("$work/venv/bin/python" -c 'import sys; print(sys.executable, sys.version.split()[0])') in $((SECONDS - start)) s"
 
+# This Python's own reports, generated: whatever memcheck reports for pytest on a
+# test that imports NumPy but not cpe is the interpreter's, NumPy's or the C
+# library's (another distribution's Python may report what Debian's does not).
+# Six frames each, so that they match the same error reached from other callers.
+mkdir -p "$work/baseline"
+cat > "$work/baseline/test_baseline.py" <<'PY'
+import numpy as np
+
+
+def test_without_cpe():
+    values = np.sin(np.arange(4096.0)).reshape(64, 64)
+    assert values.T @ values is not None and "é" * 40 != "e" * 40
+PY
+(cd "$work/baseline" && env PYTHONMALLOC=malloc valgrind --tool=memcheck --num-callers=6 \
+    --gen-suppressions=all --suppressions="$root/.ci/valgrind-python.supp" \
+    --log-file="$work/baseline/memcheck.%p.log" \
+    "$work/venv/bin/python" -m pytest -q -p no:cacheprovider test_baseline.py) > /dev/null
+awk '/^\{/ {inside = 1} inside {print} /^\}/ {inside = 0}' "$work"/baseline/memcheck.*.log \
+    > "$work/generated.supp"
+echo "-- $(grep -c '^{' "$work/generated.supp" || true) suppressions generated from a run without cpe"
+
 start=$SECONDS
 status=0
 (cd "$work/src" && env PYTHONMALLOC=malloc CPE_HYPOTHESIS_PROFILE=valgrind \
     valgrind --tool=memcheck --error-exitcode=99 --num-callers=40 \
-        --suppressions="$root/.ci/valgrind-python.supp" --log-file="$work/memcheck.%p.log" \
+        --suppressions="$root/.ci/valgrind-python.supp" \
+        --suppressions="$work/generated.supp" --log-file="$work/memcheck.%p.log" \
         "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
         tests/test_values.py tests/test_errors.py tests/test_huge.py tests/test_docs.py \
         tests/test_properties.py) || status=$?
