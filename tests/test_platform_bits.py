@@ -24,7 +24,7 @@ import numpy as np
 
 import cpe
 
-RECORDED = "1357223c662a45b0a7f26f5e22deb6feaf610f25981b50cf1ca9a825b32be529"
+RECORDED = "a2221e96a8461dd1fee46625662d22741bdd9d3057bb756e67d0991676870923"
 
 
 def _sample() -> list[np.ndarray]:

@@ -414,3 +414,21 @@ def test_a_count_of_rows_with_start_none_is_refused(n, rope_parameters):
     # A count is a table of rows from start: start=None is not "no start".
     with pytest.raises(TypeError, match=r"^start must be an integer, got NoneType"):
         cpe.rope_cos_sin(n, 8, start=None, rope_parameters=rope_parameters)
+
+
+def test_a_frequency_ratio_near_the_largest_double_is_finite():
+    # ratio = base ** (-1 / den) between e**709 and e**709.78 is a finite double:
+    # the frequencies' exp refused it as an overflow from 709 on.
+    import math
+
+    import mpmath
+
+    freq_shift = 2 - math.log(2) / 709.5  # ratio = 0.5 ** (-1 / den), about e**709.5
+    row = cpe.positional_encoding(1e-5, 4, base=0.5, freq_shift=freq_shift, scale=1e-300)
+    with mpmath.workdps(50):
+        den = mpmath.mpf(4 // 2 - freq_shift)  # (the den cpe is given: 2 - freq_shift)
+        angle = mpmath.mpf(1e-5) * mpmath.mpf(1e-300) * mpmath.mpf(0.5) ** (-1 / den)
+        assert abs(row[0] - mpmath.mpf(1e-5) * mpmath.mpf(1e-300)) < 1e-320
+        assert row[1] == 1.0
+        assert abs(row[2] - mpmath.sin(angle)) < 1e-15
+        assert abs(row[3] - mpmath.cos(angle)) < 1e-15

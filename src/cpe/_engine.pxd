@@ -62,8 +62,9 @@ cdef struct fill_request:
     # values go in a row: frequency j at column c_j and, "half", at c2_j too
     # (interleaved: pair c_j); c_j = j and c2_j = half_at + j when columns is
     # NULL, else c_j = columns[j] and c2_j = columns[n_freq + j] ("half": a map
-    # of 2 n_freq columns; interleaved: of n_freq pairs). A whole table is
-    # columns NULL, half_at n_freq (see cpe_rows.h).
+    # of 2 n_freq columns; interleaved: of n_freq pairs), each column of a row
+    # once (the caller's guarantee: fill_check checks the range only). A whole
+    # table is columns NULL, half_at n_freq (see cpe_rows.h).
     int store
     double amplitude
     const Py_ssize_t* columns

@@ -253,7 +253,7 @@ cdef dd _dd_exp(dd a) noexcept nogil:
     # r (c_1 + r (c_2 + ... + r (c_5 + r T))), c_i = 1 / i!, by Horner's rule in
     # double-double; T, the terms from r**6 on, in double: its rounding error,
     # times r**5, stays below 2**-115 of the sum.
-    if a.hi != a.hi or a.hi > 709.0:  # (NaN, or an overflow or close to one)
+    if a.hi != a.hi or a.hi > 709.79:  # (NaN, or beyond log(DBL_MAX) = 709.7827)
         return dd(hi=a.hi if a.hi != a.hi else INFINITY, lo=0.0)
     if a.hi < -746.0:  # below half the smallest subnormal
         return dd(hi=0.0, lo=0.0)
@@ -383,7 +383,7 @@ cdef td _td_exp(td a) noexcept nogil:
     # As _dd_exp: exp(a) = 2**k * exp(r)**1024, |r| <= ln2 / 2048, expm1(r) by its
     # Taylor series to r**15 (below 2**-170 of it), doubled ten times by
     # e(2x) = 2 e(x) + e(x)**2.
-    if a.x0 != a.x0 or a.x0 > 709.0:  # (NaN, or an overflow or close to one)
+    if a.x0 != a.x0 or a.x0 > 709.79:  # (NaN, or beyond log(DBL_MAX) = 709.7827)
         return td(x0=a.x0 if a.x0 != a.x0 else INFINITY, x1=0.0, x2=0.0)
     if a.x0 < -746.0:  # below half the smallest subnormal
         return td(x0=0.0, x1=0.0, x2=0.0)
@@ -411,11 +411,17 @@ cdef td _td_log(double a) noexcept nogil:
 
 
 cdef inline void _td_product_store(td a, td b, double* hi, double* lo) noexcept nogil:
-    # a * b as a double-double, within ~2**-105 of it: the terms of the product
-    # below 2**-106 of it are summed in double, and each is exact to ~2**-53.
-    cdef dd p = _two_prod(a.x0, b.x0)
-    cdef double rest = (a.x0 * b.x1 + a.x1 * b.x0) + (a.x0 * b.x2 + a.x1 * b.x1 + a.x2 * b.x0)
-    cdef dd r = _quick_two_sum(p.hi, p.lo + rest)
+    # a * b as a double-double, within ~2**-107 of it: the terms of _td_mul, whose
+    # sum below the leading product is rounded once (its cross terms summed in
+    # plain double would pile up several roundings of 2**-106).
+    cdef dd p00 = _two_prod(a.x0, b.x0)
+    cdef dd p01 = _two_prod(a.x0, b.x1)
+    cdef dd p10 = _two_prod(a.x1, b.x0)
+    cdef dd s = _two_sum(p00.lo, p01.hi)
+    cdef dd t = _two_sum(s.hi, p10.hi)
+    cdef double rest = (s.lo + t.lo + p01.lo + p10.lo
+                        + (a.x0 * b.x2 + a.x1 * b.x1 + a.x2 * b.x0))
+    cdef dd r = _quick_two_sum(p00.hi, t.hi + rest)
     hi[0] = r.hi
     lo[0] = r.lo
 
