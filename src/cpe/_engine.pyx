@@ -410,13 +410,52 @@ cdef td _td_log(double a) noexcept nogil:
     return _td_add(y, _td_mul_d(LN2_TD, <double>e))
 
 
-cdef inline void _td_product_store(td a, td b, double* hi, double* lo) noexcept nogil:
+cdef struct halves:
+    # Dekker's halves of x0 and x1 of a triple-double, made once for the products
+    # that share it (_two_prod_halves); valid0/1: within the range of the split.
+    double h0
+    double l0
+    double h1
+    double l1
+    bint valid0
+    bint valid1
+
+
+cdef inline halves _halves(td a) noexcept nogil:
+    cdef halves h
+    cdef double t
+    h.valid0 = 3.06e-151 < fabs(a.x0) < 3.27e150
+    h.valid1 = 3.06e-151 < fabs(a.x1) < 3.27e150
+    t = 134217729.0 * a.x0
+    h.h0 = t - (t - a.x0)
+    h.l0 = a.x0 - h.h0
+    t = 134217729.0 * a.x1
+    h.h1 = t - (t - a.x1)
+    h.l1 = a.x1 - h.h1
+    return h
+
+
+cdef inline dd _two_prod_halves(double a, double a_hi, double a_lo, bint a_valid, double b,
+                                double b_hi, double b_lo, bint b_valid) noexcept nogil:
+    # _two_prod(a, b) from halves made beforehand: the same bits.
+    cdef double p = a * b
+    if not (a_valid and b_valid):
+        return _two_prod(a, b)
+    return dd(hi=p, lo=((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo)
+
+
+cdef inline void _td_product_store(td a, const halves* ah, td b, const halves* bh,
+                                   double* hi, double* lo) noexcept nogil:
     # a * b as a double-double, within ~2**-107 of it: the terms of _td_mul, whose
     # sum below the leading product is rounded once (its cross terms summed in
-    # plain double would pile up several roundings of 2**-106).
-    cdef dd p00 = _two_prod(a.x0, b.x0)
-    cdef dd p01 = _two_prod(a.x0, b.x1)
-    cdef dd p10 = _two_prod(a.x1, b.x0)
+    # plain double would pile up several roundings of 2**-106). ah, bh: the
+    # halves of a and b.
+    cdef dd p00 = _two_prod_halves(a.x0, ah.h0, ah.l0, ah.valid0, b.x0, bh.h0, bh.l0,
+                                   bh.valid0)
+    cdef dd p01 = _two_prod_halves(a.x0, ah.h0, ah.l0, ah.valid0, b.x1, bh.h1, bh.l1,
+                                   bh.valid1)
+    cdef dd p10 = _two_prod_halves(a.x1, ah.h1, ah.l1, ah.valid1, b.x0, bh.h0, bh.l0,
+                                   bh.valid0)
     cdef dd s = _two_sum(p00.lo, p01.hi)
     cdef dd t = _two_sum(s.hi, p10.hi)
     cdef double rest = (s.lo + t.lo + p01.lo + p10.lo
@@ -440,17 +479,23 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
     # step of the recurrence (the steps themselves are a dependent chain, in
     # triple-double), each made a double-double.
     cdef td powers[8]
+    cdef halves power_halves[8]
+    cdef halves w_halves
     cdef td w = td(x0=scale, x1=0.0, x2=0.0)
     cdef td step8
     cdef Py_ssize_t j, r
     powers[0] = td(x0=1.0, x1=0.0, x2=0.0)
     for r in range(1, 8):
         powers[r] = _td_mul(powers[r - 1], ratio)
+    for r in range(8):
+        power_halves[r] = _halves(powers[r])
     step8 = _td_mul(powers[7], ratio)
     j = 0
     while j < n_freq:
+        w_halves = _halves(w)
         for r in range(min(8, n_freq - j)):
-            _td_product_store(w, powers[r], &w_hi[j + r], &w_lo[j + r])
+            _td_product_store(w, &w_halves, powers[r], &power_halves[r], &w_hi[j + r],
+                              &w_lo[j + r])
         w = _td_mul(w, step8)
         j += 8
     for j in range(n_freq):
