@@ -417,8 +417,8 @@ def test_a_count_of_rows_with_start_none_is_refused(n, rope_parameters):
 
 
 def test_a_frequency_ratio_near_the_largest_double_is_finite():
-    # ratio = base ** (-1 / den) between e**709 and e**709.78 is a finite double:
-    # the frequencies' exp refused it as an overflow from 709 on.
+    # ratio = base ** (-1 / den) between e**709 and log(DBL_MAX) = 709.78 is a
+    # finite double, and so are the frequencies it makes here.
     import math
 
     import mpmath

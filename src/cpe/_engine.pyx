@@ -44,6 +44,10 @@ cdef extern from "cpe_rows.h":
     int cpe_rows_level
     void cpe_rows_init(int max_level) noexcept nogil
     int cpe_fast_element(double p, double w) noexcept nogil
+    bint cpe_splits(double a) noexcept nogil
+    void cpe_split(double a, double* hi, double* lo) noexcept nogil
+    double cpe_dekker_error(double p, double a_hi, double a_lo, double b_hi,
+                            double b_lo) noexcept nogil
     void cpe_sincos_exact(double p, double w_hi, double w_lo, double* s,
                           double* c) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
@@ -166,11 +170,6 @@ def _tile_rows(unsigned char[:, ::1] out, const unsigned char[:, ::1] first,
             cpe_stream_fence()
 
 
-# ln 2 as a double-double.
-cdef double LN2_HI = 6.931471805599452862e-01
-cdef double LN2_LO = 2.319046813846299558e-17
-
-
 # ---- double-double arithmetic (Dekker / Knuth error-free transformations) ----
 
 cdef struct dd:
@@ -195,16 +194,12 @@ cdef inline dd _two_prod(double a, double b) noexcept nogil:
     # error term is exact to ~2**-76 of itself (its smallest part may lose bits
     # to underflow), far below what the double-double needs; fma() beyond.
     cdef double p = a * b
-    cdef double t, a_hi, a_lo, b_hi, b_lo
-    if not (3.06e-151 < fabs(a) < 3.27e150 and 3.06e-151 < fabs(b) < 3.27e150):
+    cdef double a_hi, a_lo, b_hi, b_lo
+    if not (cpe_splits(a) and cpe_splits(b)):
         return dd(hi=p, lo=fma(a, b, -p))
-    t = 134217729.0 * a
-    a_hi = t - (t - a)
-    a_lo = a - a_hi
-    t = 134217729.0 * b
-    b_hi = t - (t - b)
-    b_lo = b - b_hi
-    return dd(hi=p, lo=((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo)
+    cpe_split(a, &a_hi, &a_lo)
+    cpe_split(b, &b_hi, &b_lo)
+    return dd(hi=p, lo=cpe_dekker_error(p, a_hi, a_lo, b_hi, b_lo))
 
 
 cdef inline dd _dd_add(dd a, dd b) noexcept nogil:
@@ -212,11 +207,6 @@ cdef inline dd _dd_add(dd a, dd b) noexcept nogil:
     cdef dd t = _two_sum(a.lo, b.lo)
     s = _quick_two_sum(s.hi, s.lo + t.hi)
     return _quick_two_sum(s.hi, s.lo + t.lo)
-
-
-cdef inline dd _dd_mul(dd a, dd b) noexcept nogil:
-    cdef dd p = _two_prod(a.hi, b.hi)
-    return _quick_two_sum(p.hi, p.lo + (a.hi * b.lo + a.lo * b.hi))
 
 
 cdef inline dd _dd_mul_d(dd a, double b) noexcept nogil:
@@ -232,47 +222,6 @@ cdef inline dd _dd_div_d(dd a, double b) noexcept nogil:
     return _quick_two_sum(q1, q2)
 
 
-# 1 / i! for i <= 12, as double-doubles (set at import).
-cdef dd _INVERSE_FACTORIAL[13]
-
-
-cdef void _set_inverse_factorials() noexcept nogil:
-    cdef int i
-    _INVERSE_FACTORIAL[0] = dd(hi=1.0, lo=0.0)
-    for i in range(1, 13):
-        _INVERSE_FACTORIAL[i] = _dd_div_d(_INVERSE_FACTORIAL[i - 1], <double>i)
-
-
-_set_inverse_factorials()
-
-
-cdef dd _dd_exp(dd a) noexcept nogil:
-    # exp(a) = 2**k * exp(r)**1024 with |r| <= ln2 / 2048; the Taylor series of
-    # expm1(r) converges to 2**-110 in 12 terms, and expm1 doubles by
-    # e(2x) = 2 e(x) + e(x)**2 without losing relative accuracy. expm1(r) =
-    # r (c_1 + r (c_2 + ... + r (c_5 + r T))), c_i = 1 / i!, by Horner's rule in
-    # double-double; T, the terms from r**6 on, in double: its rounding error,
-    # times r**5, stays below 2**-115 of the sum.
-    if a.hi != a.hi or a.hi > 709.79:  # (NaN, or beyond log(DBL_MAX) = 709.7827)
-        return dd(hi=a.hi if a.hi != a.hi else INFINITY, lo=0.0)
-    if a.hi < -746.0:  # below half the smallest subnormal
-        return dd(hi=0.0, lo=0.0)
-    cdef double k = floor(a.hi / LN2_HI + 0.5)
-    cdef dd r = _dd_add(a, _dd_mul_d(dd(hi=-LN2_HI, lo=-LN2_LO), k))
-    r = dd(hi=ldexp(r.hi, -10), lo=ldexp(r.lo, -10))
-    cdef double tail = _INVERSE_FACTORIAL[12].hi
-    cdef int i, _
-    for i in range(11, 5, -1):
-        tail = _INVERSE_FACTORIAL[i].hi + r.hi * tail
-    cdef dd s = _dd_mul_d(r, tail)
-    for i in range(5, 0, -1):
-        s = _dd_mul(_dd_add(_INVERSE_FACTORIAL[i], s), r)
-    for _ in range(10):
-        s = _dd_add(dd(hi=2.0 * s.hi, lo=2.0 * s.lo), _dd_mul(s, s))
-    s = _dd_add(s, dd(hi=1.0, lo=0.0))
-    return dd(hi=ldexp(s.hi, <int>k), lo=ldexp(s.lo, <int>k))
-
-
 cdef inline double _log_start(double m) noexcept nogil:
     # log m for 0.5 <= m < 1, to ~2**-52: 2 atanh(z), z = (m - 1) / (m + 1) in
     # [-1/3, 0), by its series to z**35 (the rest below 9**-18 of it). Plain
@@ -284,19 +233,6 @@ cdef inline double _log_start(double m) noexcept nogil:
     for i in range(33, 0, -2):
         series = 1.0 / i + z2 * series
     return 2.0 * z * series
-
-
-cdef dd _dd_log(double a) noexcept nogil:
-    # a = m * 2**e with 0.5 <= m < 1, so that exp(-log m) stays in range even for
-    # subnormal a; then one Newton step y + m * exp(-y) - 1 squares the error of
-    # the first log m, and log a = log m + e ln 2.
-    cdef int e
-    cdef double m = frexp(a, &e)
-    cdef double y = _log_start(m)
-    cdef dd t = _dd_mul_d(_dd_exp(dd(hi=-y, lo=0.0)), m)
-    t = _dd_add(t, dd(hi=-1.0, lo=0.0))
-    t = _dd_add(dd(hi=y, lo=0.0), t)
-    return _dd_add(t, _dd_mul_d(dd(hi=LN2_HI, lo=LN2_LO), <double>e))
 
 
 # ---- triple-double arithmetic: the frequencies to ~2**-150, rounded once ----
@@ -380,9 +316,9 @@ _set_inverse_factorials_td()
 
 
 cdef td _td_exp(td a) noexcept nogil:
-    # As _dd_exp: exp(a) = 2**k * exp(r)**1024, |r| <= ln2 / 2048, expm1(r) by its
-    # Taylor series to r**15 (below 2**-170 of it), doubled ten times by
-    # e(2x) = 2 e(x) + e(x)**2.
+    # exp(a) = 2**k * exp(r)**1024, |r| <= ln2 / 2048: expm1(r) by its Taylor
+    # series to r**15 (below 2**-170 of it), doubled ten times by
+    # e(2x) = 2 e(x) + e(x)**2, which keeps its relative accuracy.
     if a.x0 != a.x0 or a.x0 > 709.79:  # (NaN, or beyond log(DBL_MAX) = 709.7827)
         return td(x0=a.x0 if a.x0 != a.x0 else INFINITY, x1=0.0, x2=0.0)
     if a.x0 < -746.0:  # below half the smallest subnormal
@@ -399,14 +335,17 @@ cdef td _td_exp(td a) noexcept nogil:
 
 
 cdef td _td_log(double a) noexcept nogil:
-    # As _dd_log, from its double-double: one Newton step y + m exp(-y) - 1 in
-    # triple-double squares its ~2**-104 error.
-    cdef int e
+    # a = m * 2**e with 0.5 <= m < 1, so that exp(-log m) stays in range even for
+    # subnormal a; log m from _log_start, then two Newton steps y + m exp(-y) - 1,
+    # each squaring the error (2**-52, 2**-104, then the arithmetic's ~2**-150),
+    # and log a = log m + e ln 2.
+    cdef int e, _
     cdef double m = frexp(a, &e)
-    cdef dd y0 = _dd_log(m)
-    cdef td y = td(x0=y0.hi, x1=y0.lo, x2=0.0)
-    cdef td t = _td_mul_d(_td_exp(td(x0=-y.x0, x1=-y.x1, x2=-y.x2)), m)
-    y = _td_add(y, _td_add(t, td(x0=-1.0, x1=0.0, x2=0.0)))
+    cdef td y = td(x0=_log_start(m), x1=0.0, x2=0.0)
+    cdef td t
+    for _ in range(2):
+        t = _td_mul_d(_td_exp(td(x0=-y.x0, x1=-y.x1, x2=-y.x2)), m)
+        y = _td_add(y, _td_add(t, td(x0=-1.0, x1=0.0, x2=0.0)))
     return _td_add(y, _td_mul_d(LN2_TD, <double>e))
 
 
@@ -423,15 +362,10 @@ cdef struct halves:
 
 cdef inline halves _halves(td a) noexcept nogil:
     cdef halves h
-    cdef double t
-    h.valid0 = 3.06e-151 < fabs(a.x0) < 3.27e150
-    h.valid1 = 3.06e-151 < fabs(a.x1) < 3.27e150
-    t = 134217729.0 * a.x0
-    h.h0 = t - (t - a.x0)
-    h.l0 = a.x0 - h.h0
-    t = 134217729.0 * a.x1
-    h.h1 = t - (t - a.x1)
-    h.l1 = a.x1 - h.h1
+    h.valid0 = cpe_splits(a.x0)
+    h.valid1 = cpe_splits(a.x1)
+    cpe_split(a.x0, &h.h0, &h.l0)
+    cpe_split(a.x1, &h.h1, &h.l1)
     return h
 
 
@@ -441,7 +375,7 @@ cdef inline dd _two_prod_halves(double a, double a_hi, double a_lo, bint a_valid
     cdef double p = a * b
     if not (a_valid and b_valid):
         return _two_prod(a, b)
-    return dd(hi=p, lo=((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo)
+    return dd(hi=p, lo=cpe_dekker_error(p, a_hi, a_lo, b_hi, b_lo))
 
 
 cdef inline void _td_product_store(td a, const halves* ah, td b, const halves* bh,
@@ -843,7 +777,7 @@ cdef int fill_check(const fill_request* r) noexcept nogil:
     passes is filled by scratch_new and fill_part, which fail only for want of
     memory (scratch_new)."""
     cdef columns c
-    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    cdef bint rope = _rope(r)
     if r.n < 0 or _columns(r.width, r.n_freq, CPE_LAYOUT_SIN_COS if rope else r.store,
                            &c) != CPE_OK:
         return CPE_ERR_ARGUMENT
@@ -920,7 +854,7 @@ cdef inline bint _columns_fit(const fill_request* r) noexcept nogil:
     # Every column RoPE's store writes lies within a row (see fill_request); the
     # encodings' stores write whole rows.
     cdef Py_ssize_t j, n = r.n_freq
-    if n == 0 or not (r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED):
+    if n == 0 or not _rope(r):
         return True
     if r.columns == NULL:
         return r.half_at <= r.width - n if r.store == STORE_ROPE_HALF else True
@@ -995,7 +929,7 @@ cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
         if s.owned == NULL:
             scratch_free(s)
             return CPE_ERR_NOMEM
-    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    cdef bint rope = _rope(r)
     if _sink_init(&s.sink, _rows_at(r.out, r, first),
                   _rows_at(r.sin_out, r, first) if rope else NULL, count, r.width,
                   _itemsize(r), r.store == CPE_LAYOUT_INTERLEAVED and 2 * r.n_freq == r.width,
@@ -1071,11 +1005,7 @@ cdef inline void _lazy_scratch(const fill_request* r, fill_scratch* s) noexcept 
     # allocates them (see _walk_start); scratch_free has nothing to free.
     s.n_axes = 0
     s.owned = NULL
-    s.sink.owned = NULL
-    s.sink.pieces = False
-    s.sink.rows = 1
-    s.sink.slot = 0
-    s.sink.row_bytes = r.width * _itemsize(r)
+    _sink_init(&s.sink, r.out, NULL, 1, r.width, _itemsize(r), False, False)  # (in place)
     s.axes[0].owned = s.axes[0].own_rows = s.axes[0].own.rows = NULL
     s.axes[0].own.state = NULL
     cpe_level_shape(r.n_freq, &s.axes[0].own.radix, &s.axes[0].own.shift,
@@ -1089,7 +1019,7 @@ cdef inline void _store_row(const fill_request* r, row_sink* sink, const columns
     chain of 1 to 4 pair rows, stored as the request's store says: the one place
     a store is chosen."""
     cdef floating* row = _sink_row(sink, out, i, r.width, 0)
-    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    cdef bint rope = _rope(r)
     if sink.pieces:
         _stream_pieces(sink, row, chain, count, r.n_freq)
     elif rope:
@@ -1301,7 +1231,7 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
             for j in range(width):
                 out[i * width + j] = 0
         return CPE_OK
-    cdef bint rope = r.store == STORE_ROPE_HALF or r.store == STORE_ROPE_INTERLEAVED
+    cdef bint rope = _rope(r)
     cdef columns c
     _columns(width, n_freq, CPE_LAYOUT_SIN_COS if rope else r.store, &c)
     cdef const fill_request* axes = r.axes if r.n_axes else r

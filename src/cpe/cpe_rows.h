@@ -117,6 +117,19 @@ CPE_ALWAYS_INLINE void cpe_sincos_dd(double th, double tl, double *s, double *c)
     cpe_sincos_kernel(x, y1 - (x - y0), (uint64_t)bits, s, c);
 }
 
+/* Whether a is within the range where Dekker's splitting neither overflows nor
+   loses bits (2**-500 to 2**500 or so). */
+CPE_ALWAYS_INLINE int cpe_splits(double a) {
+    return (fabs(a) > 3.06e-151) & (fabs(a) < 3.27e150);
+}
+
+/* a * b - p for p = a * b rounded, from the halves of a and b (cpe_split):
+   Dekker's exact error term. */
+CPE_ALWAYS_INLINE double cpe_dekker_error(double p, double a_hi, double a_lo, double b_hi,
+                                          double b_lo) {
+    return ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo;
+}
+
 /* Dekker's exact product a * b = *hi + *lo, for |a|, |b| below 2**996 and a
    product that does not underflow. */
 CPE_ALWAYS_INLINE void cpe_two_prod(double a, double b, double *hi, double *lo) {
@@ -124,7 +137,7 @@ CPE_ALWAYS_INLINE void cpe_two_prod(double a, double b, double *hi, double *lo) 
     cpe_split(a, &a_hi, &a_lo);
     cpe_split(b, &b_hi, &b_lo);
     *hi = a * b;
-    *lo = ((a_hi * b_hi - *hi) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo;
+    *lo = cpe_dekker_error(*hi, a_hi, a_lo, b_hi, b_lo);
 }
 
 /* hi + lo += t, the sum hi + t exact (two_sum), its error added to lo. */
@@ -138,8 +151,8 @@ CPE_ALWAYS_INLINE void cpe_accumulate(double *hi, double *lo, double t) {
 /* sin(p w) and cos(p w), w = w_hi + w_lo, for the elements the loop leaves
    (cpe_fast_element false), with the same kernels and no libm call, so that
    every value is a function of its inputs alone on every platform:
-   - the product p w_hi is exact (th + its error), formed on p and w_hi scaled
-     by powers of two into the range of Dekker's splitting;
+   - the product p w_hi is exact (th + its error), formed on p and w_hi, or on
+     them scaled by powers of two into the range of Dekker's splitting;
    - tiny angles (below CPE_TINY) have sine th + tl and cosine 1 (the next
      terms are below 2**-1700 of them);
    - angles up to CPE_REDUCE_LIMIT are reduced as the loop reduces them;
@@ -151,11 +164,14 @@ static void cpe_sincos_exact(double p, double w_hi, double w_lo, double *s, doub
     const double pio2[4] = {1.5707963267948966, 6.123233995736766e-17,
                             -1.4973849048591698e-33, 5.562271104316826e-50};
     int ep, ew;
-    (void)frexp(p, &ep);
-    (void)frexp(w_hi, &ew);
-    int half = (ep - ew) / 2;
     double th, err, hi, lo, a, b;
-    cpe_two_prod(ldexp(p, -half), ldexp(w_hi, half), &th, &err);
+    if (cpe_splits(p) && cpe_splits(w_hi)) {
+        cpe_two_prod(p, w_hi, &th, &err);
+    } else { /* (the same exact product, on operands scaled into that range) */
+        (void)frexp(p, &ep);
+        (void)frexp(w_hi, &ew);
+        cpe_two_prod(ldexp(p, -(ep - ew) / 2), ldexp(w_hi, (ep - ew) / 2), &th, &err);
+    }
     double tl = err + p * w_lo;
     if (!(fabs(th) >= CPE_TINY)) {
         *s = th + tl;
@@ -208,7 +224,7 @@ CPE_ALWAYS_INLINE int cpe_sincos_row_body(double *row, double p, const double *w
         } else {
             double w_h, w_l;
             cpe_split(w, &w_h, &w_l);
-            err = ((p_hi * w_h - th) + p_hi * w_l + p_lo * w_h) + p_lo * w_l;
+            err = cpe_dekker_error(th, p_hi, p_lo, w_h, w_l);
         }
         cpe_sincos_dd(th, err + p * w_lo[j], &row[j], &cosines[j]);
         if (use_fma) {
