@@ -432,3 +432,14 @@ def test_a_frequency_ratio_near_the_largest_double_is_finite():
         assert row[1] == 1.0
         assert abs(row[2] - mpmath.sin(angle)) < 1e-15
         assert abs(row[3] - mpmath.cos(angle)) < 1e-15
+
+
+def test_a_position_whose_angles_overflow_is_refused_without_a_warning():
+    # Naming what takes the angles beyond 2**53 multiplies the frequencies by the
+    # position, which overflows for 1.7e308: inf is beyond too, silently.
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^base=0.5 gives frequencies up to"):
+            cpe.rope_cos_sin(np.float64(1.7e308), 32, base=0.5, rope_parameters=llama3)

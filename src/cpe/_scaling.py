@@ -139,15 +139,15 @@ class Scheme:
             return self.made_by
         w = self.frequencies()
         assert w is not None
-        beyond = np.abs(w[0]) * reach > 2.0**53
-        try:
-            base = float(self.base)
-            with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # (an angle that overflows is beyond too)
+            beyond = np.abs(w[0]) * reach > 2.0**53
+            try:
+                base = float(self.base)
                 paper = base ** (-2.0 * np.arange(w.shape[1]) / self.width) if base > 0 else None
-        except (TypeError, ValueError, OverflowError):
-            paper = None
-        if paper is None or np.any(paper[beyond] * reach > 2.0**53):
-            return f"{self.base_name}={self.base!r}"
+            except (TypeError, ValueError, OverflowError):
+                paper = None
+            if paper is None or np.any(paper[beyond] * reach > 2.0**53):
+                return f"{self.base_name}={self.base!r}"
         return self.made_by
 
     def double_doubles(self) -> npt.NDArray[np.float64]:
