@@ -596,6 +596,59 @@ def test_float16_and_bfloat16_are_rounded_once_at_their_edges():
     assert np.isnan(nan.astype(np.float64)).all()
 
 
+def every_pattern(dtype) -> np.ndarray:
+    """Every bit pattern of a 16-bit dtype (NaNs, infinities, subnormals), in rows
+    of 13 pairs: the kernels' vector loops and their scalar ends."""
+    return np.arange(65520, dtype=np.uint16).view(dtype).reshape(2520, 26)
+
+
+def sixteen_bit_results(x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(cpe's result, the float64 result) of rotations and an addition of x."""
+    with np.errstate(invalid="ignore"):  # (ml_dtypes warns of signaling NaNs)
+        wide = x.astype(np.float64)
+    pairs = [
+        (
+            cpe.apply_rope(x, start=99991, layout=layout),
+            cpe.apply_rope(wide, start=99991, layout=layout),
+        )
+        for layout in ("half", "interleaved")
+    ]
+    pairs.append(
+        (
+            cpe.add_positional_encoding(x, start=7, x_scale=0.75),
+            cpe.add_positional_encoding(wide, start=7, x_scale=0.75),
+        )
+    )
+    return pairs
+
+
+def assert_same_bits_or_quiet_nans(got: np.ndarray, want: np.ndarray, quiet: int) -> None:
+    """The same bits (signed zeros included), except that a NaN may be any quiet
+    NaN: which of a pair's NaNs an operation passes on is the compiler's choice
+    (it may swap the operands of an addition), so payloads are not promised."""
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(want.astype(np.float64)).ravel()
+    got, want = got.view(np.uint16).ravel(), want.view(np.uint16).ravel()
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+    assert ((got[nan] & quiet) == quiet).all()
+
+
+def test_every_float16_pattern_is_rounded_once():
+    for got, wide in sixteen_bit_results(every_pattern(np.float16)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = wide.astype(np.float16)  # NumPy rounds double to half once
+        assert_same_bits_or_quiet_nans(got, want, 0x7E00)
+
+
+def test_every_bfloat16_pattern_is_rounded_once():
+    bf16 = require("ml_dtypes").bfloat16
+    from test_bfloat16 import nearest_bfloat16
+
+    for got, wide in sixteen_bit_results(every_pattern(bf16)):
+        want = [v if not math.isfinite(v) else nearest_bfloat16(v) for v in wide.ravel().tolist()]
+        assert_same_bits_or_quiet_nans(got, np.array(want).astype(bf16), 0x7FC0)
+
+
 # ---- found by a review: empty arrays, names in errors, views ----
 
 

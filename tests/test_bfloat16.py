@@ -39,7 +39,7 @@ def nearest_bfloat16(x: float) -> float:
     value = round(Fraction(x) / quantum) * quantum  # round(): ties to even
     if abs(value) >= 2**128:
         return math.copysign(math.inf, x)
-    return float(value)
+    return math.copysign(float(value), x)  # (what rounds to zero keeps its sign)
 
 
 def assert_rounded_once(got: np.ndarray, exact64: np.ndarray) -> None:

@@ -11,6 +11,7 @@ request made in subprocesses with each must give identical bytes.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import platform
 import subprocess
@@ -492,6 +493,33 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
         for e in ROW_LOOP_REQUESTS.values()
     ]
     assert here == widest
+
+
+def sixteen_bit_requests() -> dict[str, str]:
+    """Every float16 and bfloat16 bit pattern (NaNs, infinities and subnormals
+    among them) rotated in both layouts and added to, in rows of 13 pairs: the
+    16-bit kernels' vector loops (8 pairs at a time) and their scalar ends."""
+    dtypes = ["np.float16"]
+    if importlib.util.find_spec("ml_dtypes") is not None:
+        dtypes.append("__import__('ml_dtypes').bfloat16")
+    requests = {}
+    for dtype in dtypes:
+        x = f"np.arange(65520, dtype=np.uint16).view({dtype}).reshape(2520, 26)"
+        calls = [f"cpe.apply_rope({x}, start=99991, layout={layout!r})"
+                 for layout in ("half", "interleaved")]  # fmt: skip
+        calls.append(f"cpe.add_positional_encoding({x}, start=7, x_scale=0.75)")
+        for call in calls:
+            # Every NaN as one: which of a pair's NaNs passes on is the compiler's.
+            requests[call] = f"(lambda r: np.where(np.isnan(r), np.nan, r))({call}.astype(float))"
+    return requests
+
+
+def test_every_copy_of_the_16_bit_kernels_gives_the_same_bits():
+    requests = sixteen_bit_requests()
+    *widest, _ = subprocess_digests(requests, ())
+    *avx2, _ = subprocess_digests(requests, ("CPE_DISABLE_AVX512",))
+    *portable, _ = subprocess_digests(requests, ("CPE_DISABLE_SIMD",))
+    assert widest == avx2 == portable
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

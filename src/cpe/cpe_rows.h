@@ -260,10 +260,10 @@ CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
     return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
 }
 #if defined(__clang__)
-#define CPE_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,fma")))
+#define CPE_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,fma,f16c")))
 #else
 #define CPE_AVX512_TARGET \
-    __attribute__((target("avx512f,avx512dq,avx512vl,fma,prefer-vector-width=512"))) CPE_NO_SLP
+    __attribute__((target("avx512f,avx512dq,avx512vl,fma,f16c,prefer-vector-width=512"))) CPE_NO_SLP
 #endif
 CPE_AVX512_TARGET static int cpe_sincos_row_avx512(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
@@ -276,7 +276,8 @@ static int cpe_rows_level = 0;
 
 #if CPE_X86_DISPATCH
 #include <cpuid.h>
-/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA, 0 otherwise: what the CPU has and
+/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA (+ F16C, which every CPU with
+   AVX2 has), 0 otherwise: what the CPU has and
    the operating system saves (XCR0). Read with cpuid/xgetbv rather than
    __builtin_cpu_supports, whose libgcc symbol not every toolchain provides. */
 static int cpe_x86_level(void) {
@@ -284,8 +285,8 @@ static int cpe_x86_level(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d)) {
         return 0;
     }
-    if (!((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 28) & 1)) {
-        return 0; /* FMA, OSXSAVE, AVX */
+    if (!((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 29) & 1)) {
+        return 0; /* FMA, OSXSAVE, AVX, F16C */
     }
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     (void)xcr0_hi;
@@ -356,11 +357,6 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
     static void name##_portable params { name##_impl args; }       \
     CPE_COPY(CPE_AVX2_TARGET, name, _avx2, params, args)           \
     static void name params { CPE_DISPATCH(, name, args) }
-/* The AVX2 copy on AVX-512 CPUs too: for loops that GCC vectorizes only at 256
-   bits (the 16-bit floats' conversions). */
-#define CPE_MULTIVERSION_AVX2_UP(name, params, args)               \
-    CPE_COPY(CPE_AVX2_TARGET, name, _avx512, params, args)         \
-    CPE_MULTIVERSION_OWN_AVX512(name, params, args)
 
 /* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
  * Pair rows hold n sines then n cosines. acc = rows[0], then
@@ -649,10 +645,100 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
     MULTIVERSION(cpe_rotate_interleaved_##T,                                    \
                  (T * a, T * b, const double *c, const double *s, Py_ssize_t n),  \
                  (a, b, c, s, n))
+/* ---- the AVX-512 copies of the 16-bit floats' loops ----
+ * GCC vectorizes the conversions above at 256 bits only, with the rounding to
+ * odd spelled out; here eight values at a time, the same roundings: a float
+ * truncated (vcvtpd2ps with its own rounding mode) with its last bit set when
+ * inexact, then to nearest even (bfloat16: on the float's bits; float16:
+ * vcvtps2ph). Every element's bits are those of the scalar functions. */
+#if CPE_X86_DISPATCH
+#include <immintrin.h>
+CPE_AVX512_TARGET static inline __m256i cpe_odd_float_bits8(__m512d d) {
+    __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(t), d, _CMP_NEQ_UQ);
+    return _mm256_mask_or_epi32(_mm256_castps_si256(t), inexact, _mm256_castps_si256(t),
+                                _mm256_set1_epi32(1));
+}
+CPE_AVX512_TARGET static inline __m512d cpe_load8_cpe_bf16(const cpe_bf16 *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+}
+CPE_AVX512_TARGET static inline void cpe_store8_cpe_bf16(cpe_bf16 *p, __m512d d) {
+    __m256i b = cpe_odd_float_bits8(d), high = _mm256_srli_epi32(b, 16);
+    __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
+    __m256i nearest = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    __mmask8 nan = _mm512_cmp_pd_mask(d, d, _CMP_UNORD_Q);
+    nearest = _mm256_mask_or_epi32(nearest, nan, high, _mm256_set1_epi32(0x40));
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtepi32_epi16(nearest));
+}
+CPE_AVX512_TARGET static inline __m512d cpe_load8_cpe_f16(const cpe_f16 *p) {
+    return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+}
+CPE_AVX512_TARGET static inline void cpe_store8_cpe_f16(cpe_f16 *p, __m512d d) {
+    __m256 odd = _mm256_castsi256_ps(cpe_odd_float_bits8(d));
+    _mm_storeu_si128((__m128i *)p,
+                     _mm256_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* Pair j rotated as CPE_ROTATE_PAIR rotates it; interleaved, x1 c + x2 (-s) and
+   x2 c + x1 s are the same values as x1 c - x2 s and x2 c + x1 s. */
+#define CPE_KERNELS_16_AVX512(T)                                                  \
+    CPE_AVX512_TARGET static void cpe_rotate_half_##T##_avx512(                   \
+        T *a, T *b, const double *c, const double *s, Py_ssize_t n) {             \
+        Py_ssize_t j = 0;                                                         \
+        for (; j + 8 <= n; j += 8) {                                              \
+            __m512d x1 = cpe_load8_##T(a + j), x2 = cpe_load8_##T(b + j);         \
+            __m512d cj = _mm512_loadu_pd(c + j), sj = _mm512_loadu_pd(s + j);     \
+            cpe_store8_##T(a + j, _mm512_sub_pd(_mm512_mul_pd(x1, cj),            \
+                                                _mm512_mul_pd(x2, sj)));          \
+            cpe_store8_##T(b + j, _mm512_add_pd(_mm512_mul_pd(x2, cj),            \
+                                                _mm512_mul_pd(x1, sj)));          \
+        }                                                                         \
+        for (; j < n; j++) CPE_ROTATE_PAIR(T, a[j], b[j])                         \
+    }                                                                             \
+    CPE_AVX512_TARGET static void cpe_rotate_interleaved_##T##_avx512(            \
+        T *x, T *unused, const double *c, const double *s, Py_ssize_t n) {        \
+        const __m512i low = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);            \
+        const __m512i high = _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7);           \
+        const __m512d first_negated = _mm512_setr_pd(-0.0, 0.0, -0.0, 0.0,         \
+                                                     -0.0, 0.0, -0.0, 0.0);        \
+        Py_ssize_t j = 0;                                                         \
+        (void)unused;                                                             \
+        for (; j + 8 <= n; j += 8) {                                              \
+            __m512d c8 = _mm512_loadu_pd(c + j), s8 = _mm512_loadu_pd(s + j);     \
+            for (int h = 0; h < 2; h++) {                                         \
+                __m512i at = h ? high : low;                                      \
+                __m512d v = cpe_load8_##T(x + 2 * j + 8 * h);                     \
+                __m512d cs = _mm512_permutexvar_pd(at, c8);                       \
+                __m512d ss = _mm512_xor_pd(_mm512_permutexvar_pd(at, s8), first_negated); \
+                __m512d swapped = _mm512_permute_pd(v, 0x55);                     \
+                cpe_store8_##T(x + 2 * j + 8 * h,                                 \
+                               _mm512_add_pd(_mm512_mul_pd(v, cs),                \
+                                             _mm512_mul_pd(swapped, ss)));        \
+            }                                                                     \
+        }                                                                         \
+        for (; j < n; j++) CPE_ROTATE_PAIR(T, x[2 * j], x[2 * j + 1])             \
+    }                                                                             \
+    CPE_AVX512_TARGET static void cpe_add_row_##T##_avx512(                       \
+        T *x, const double *e, double x_scale, Py_ssize_t n) {                    \
+        const __m512d scale = _mm512_set1_pd(x_scale);                            \
+        Py_ssize_t j = 0;                                                         \
+        for (; j + 8 <= n; j += 8)                                                \
+            cpe_store8_##T(x + j, _mm512_add_pd(_mm512_mul_pd(cpe_load8_##T(x + j), scale), \
+                                                _mm512_loadu_pd(e + j)));         \
+        for (; j < n; j++) x[j] = CPE_STORE_##T(CPE_LOAD_##T(x[j]) * x_scale + e[j]); \
+    }
+CPE_KERNELS_16_AVX512(cpe_f16)
+CPE_KERNELS_16_AVX512(cpe_bf16)
+#define CPE_MULTIVERSION_16 CPE_MULTIVERSION_OWN_AVX512
+#else
+#define CPE_MULTIVERSION_16 CPE_MULTIVERSION
+#endif
+
 CPE_ROTATE_KERNELS(double, CPE_MULTIVERSION)
 CPE_ROTATE_KERNELS(float, CPE_MULTIVERSION)
-CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_AVX2_UP)
-CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_AVX2_UP)
+CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_16)
+CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_16)
 
 /* ---- addition: an encoding added to a row of the caller's ----
  * x[j] * x_scale + e[j] for j < n, in double, rounded once to T (x_scale 1
@@ -668,8 +754,8 @@ CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_AVX2_UP)
                  (x, e, x_scale, n))
 CPE_ADD_KERNELS(double, CPE_MULTIVERSION)
 CPE_ADD_KERNELS(float, CPE_MULTIVERSION)
-CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_AVX2_UP)
-CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_AVX2_UP)
+CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_16)
+CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_16)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
