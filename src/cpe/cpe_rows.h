@@ -645,92 +645,161 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
     MULTIVERSION(cpe_rotate_interleaved_##T,                                    \
                  (T * a, T * b, const double *c, const double *s, Py_ssize_t n),  \
                  (a, b, c, s, n))
-/* ---- the AVX-512 copies of the 16-bit floats' loops ----
- * GCC vectorizes the conversions above at 256 bits only, with the rounding to
- * odd spelled out; here eight values at a time, the same roundings: a float
- * truncated (vcvtpd2ps with its own rounding mode) with its last bit set when
- * inexact, then to nearest even (bfloat16: on the float's bits; float16:
- * vcvtps2ph). Every element's bits are those of the scalar functions. */
+/* ---- the SIMD copies of the 16-bit floats' loops ----
+ * GCC vectorizes the conversions above poorly (at 256 bits at most, with the
+ * rounding to odd spelled out); these copies convert a vector at a time with
+ * the same roundings, so every element's bits are those of the scalar
+ * functions: a float rounded to odd (AVX-512: truncated by vcvtpd2ps's own
+ * rounding mode; AVX2: rounded to nearest, then stepped toward zero when that
+ * went beyond), then to nearest even on the float's bits (bfloat16) or by
+ * vcvtps2ph (float16). One loop per job, written once over the vector type
+ * (GCC's and Clang's vector arithmetic), with per-instruction-set helpers:
+ * load/store (a vector of doubles from or to T), loadu (doubles), pairs (the
+ * lanes of a vector's first or second half each twice), swap (the lanes of
+ * each pair swapped) and signs (-1, 1, -1, ...: x1 c + x2 (-s) and x2 c + x1 s
+ * are the values x1 c - x2 s and x2 c + x1 s). */
 #if CPE_X86_DISPATCH
 #include <immintrin.h>
-CPE_AVX512_TARGET static inline __m256i cpe_odd_float_bits8(__m512d d) {
+#define CPE_TARGET_avx512 CPE_AVX512_TARGET
+#define CPE_TARGET_avx2 CPE_AVX2_TARGET __attribute__((target("f16c")))
+
+CPE_AVX512_TARGET static inline __m256i cpe_odd_float_bits_avx512(__m512d d) {
     __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(t), d, _CMP_NEQ_UQ);
     return _mm256_mask_or_epi32(_mm256_castps_si256(t), inexact, _mm256_castps_si256(t),
                                 _mm256_set1_epi32(1));
 }
-CPE_AVX512_TARGET static inline __m512d cpe_load8_cpe_bf16(const cpe_bf16 *p) {
+CPE_TARGET_avx2 static inline __m128i cpe_odd_float_bits_avx2(__m256d d) {
+    const __m256d magnitude = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+    const __m256i low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    __m128 f = _mm256_cvtpd_ps(d);
+    __m256d back = _mm256_cvtps_pd(f);
+    __m256d beyond = _mm256_cmp_pd(_mm256_and_pd(back, magnitude), _mm256_and_pd(d, magnitude),
+                                   _CMP_GT_OQ);
+    __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_UQ);
+    __m128i beyond32 = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(beyond), low_halves));
+    __m128i inexact32 = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), low_halves));
+    __m128i b = _mm_add_epi32(_mm_castps_si128(f), beyond32); /* all ones: minus one */
+    return _mm_or_si128(b, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
+}
+/* bfloat16 of a float's bits: to nearest even; a NaN quiet, its sign kept. */
+#define CPE_BF16_OF_FLOAT_BITS(VI, P, SI, b, out)                                    \
+    {                                                                                \
+        VI high = P##_srli_epi32(b, 16);                                             \
+        VI nearest = P##_srli_epi32(P##_add_epi32(P##_add_epi32(b, P##_set1_epi32(0x7FFF)), \
+                                                  P##_and_##SI(high, P##_set1_epi32(1))),   \
+                                    16);                                             \
+        VI nan = P##_cmpgt_epi32(P##_and_##SI(b, P##_set1_epi32(0x7FFFFFFF)),        \
+                                 P##_set1_epi32(0x7F800000));                        \
+        out = P##_blendv_epi8(nearest, P##_or_##SI(high, P##_set1_epi32(0x40)), nan); \
+    }
+
+CPE_AVX512_TARGET static inline __m512d cpe_loadu_avx512(const double *p) {
+    return _mm512_loadu_pd(p);
+}
+CPE_AVX512_TARGET static inline __m512d cpe_pairs_avx512(__m512d v, int second) {
+    return _mm512_permutexvar_pd(second ? _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7)
+                                        : _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), v);
+}
+CPE_AVX512_TARGET static inline __m512d cpe_swap_avx512(__m512d v) {
+    return _mm512_permute_pd(v, 0x55);
+}
+CPE_AVX512_TARGET static inline __m512d cpe_signs_avx512(void) {
+    return _mm512_setr_pd(-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0);
+}
+CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_bf16(const cpe_bf16 *p) {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
 }
-CPE_AVX512_TARGET static inline void cpe_store8_cpe_bf16(cpe_bf16 *p, __m512d d) {
-    __m256i b = cpe_odd_float_bits8(d), high = _mm256_srli_epi32(b, 16);
-    __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
-    __m256i nearest = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-    __mmask8 nan = _mm512_cmp_pd_mask(d, d, _CMP_UNORD_Q);
-    nearest = _mm256_mask_or_epi32(nearest, nan, high, _mm256_set1_epi32(0x40));
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtepi32_epi16(nearest));
+CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_bf16(cpe_bf16 *p, __m512d d) {
+    __m256i b = cpe_odd_float_bits_avx512(d), out;
+    CPE_BF16_OF_FLOAT_BITS(__m256i, _mm256, si256, b, out)
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtepi32_epi16(out));
 }
-CPE_AVX512_TARGET static inline __m512d cpe_load8_cpe_f16(const cpe_f16 *p) {
+CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_f16(const cpe_f16 *p) {
     return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
 }
-CPE_AVX512_TARGET static inline void cpe_store8_cpe_f16(cpe_f16 *p, __m512d d) {
-    __m256 odd = _mm256_castsi256_ps(cpe_odd_float_bits8(d));
+CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_f16(cpe_f16 *p, __m512d d) {
+    __m256 odd = _mm256_castsi256_ps(cpe_odd_float_bits_avx512(d));
     _mm_storeu_si128((__m128i *)p,
                      _mm256_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-/* Pair j rotated as CPE_ROTATE_PAIR rotates it; interleaved, x1 c + x2 (-s) and
-   x2 c + x1 s are the same values as x1 c - x2 s and x2 c + x1 s. */
-#define CPE_KERNELS_16_AVX512(T)                                                  \
-    CPE_AVX512_TARGET static void cpe_rotate_half_##T##_avx512(                   \
+
+CPE_TARGET_avx2 static inline __m256d cpe_loadu_avx2(const double *p) {
+    return _mm256_loadu_pd(p);
+}
+CPE_TARGET_avx2 static inline __m256d cpe_pairs_avx2(__m256d v, int second) {
+    return second ? _mm256_permute4x64_pd(v, 0xFA) : _mm256_permute4x64_pd(v, 0x50);
+}
+CPE_TARGET_avx2 static inline __m256d cpe_swap_avx2(__m256d v) {
+    return _mm256_permute_pd(v, 0x5);
+}
+CPE_TARGET_avx2 static inline __m256d cpe_signs_avx2(void) {
+    return _mm256_setr_pd(-1.0, 1.0, -1.0, 1.0);
+}
+CPE_TARGET_avx2 static inline __m256d cpe_load_avx2_cpe_bf16(const cpe_bf16 *p) {
+    __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(w, 16)));
+}
+CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_bf16(cpe_bf16 *p, __m256d d) {
+    __m128i b = cpe_odd_float_bits_avx2(d), out;
+    CPE_BF16_OF_FLOAT_BITS(__m128i, _mm, si128, b, out)
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(out, out));
+}
+CPE_TARGET_avx2 static inline __m256d cpe_load_avx2_cpe_f16(const cpe_f16 *p) {
+    return _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p)));
+}
+CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_f16(cpe_f16 *p, __m256d d) {
+    __m128 odd = _mm_castsi128_ps(cpe_odd_float_bits_avx2(d));
+    _mm_storel_epi64((__m128i *)p, _mm_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* The loops, for T and an instruction set whose vectors V hold L doubles. */
+#define CPE_KERNELS_16_SIMD(T, isa, V, L)                                         \
+    CPE_TARGET_##isa static void cpe_rotate_half_##T##_##isa(                     \
         T *a, T *b, const double *c, const double *s, Py_ssize_t n) {             \
         Py_ssize_t j = 0;                                                         \
-        for (; j + 8 <= n; j += 8) {                                              \
-            __m512d x1 = cpe_load8_##T(a + j), x2 = cpe_load8_##T(b + j);         \
-            __m512d cj = _mm512_loadu_pd(c + j), sj = _mm512_loadu_pd(s + j);     \
-            cpe_store8_##T(a + j, _mm512_sub_pd(_mm512_mul_pd(x1, cj),            \
-                                                _mm512_mul_pd(x2, sj)));          \
-            cpe_store8_##T(b + j, _mm512_add_pd(_mm512_mul_pd(x2, cj),            \
-                                                _mm512_mul_pd(x1, sj)));          \
+        for (; j + L <= n; j += L) {                                              \
+            V x1 = cpe_load_##isa##_##T(a + j), x2 = cpe_load_##isa##_##T(b + j);  \
+            V cj = cpe_loadu_##isa(c + j), sj = cpe_loadu_##isa(s + j);           \
+            cpe_store_##isa##_##T(a + j, x1 * cj - x2 * sj);                      \
+            cpe_store_##isa##_##T(b + j, x2 * cj + x1 * sj);                      \
         }                                                                         \
         for (; j < n; j++) CPE_ROTATE_PAIR(T, a[j], b[j])                         \
     }                                                                             \
-    CPE_AVX512_TARGET static void cpe_rotate_interleaved_##T##_avx512(            \
+    CPE_TARGET_##isa static void cpe_rotate_interleaved_##T##_##isa(              \
         T *x, T *unused, const double *c, const double *s, Py_ssize_t n) {        \
-        const __m512i low = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);            \
-        const __m512i high = _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7);           \
-        const __m512d first_negated = _mm512_setr_pd(-0.0, 0.0, -0.0, 0.0,         \
-                                                     -0.0, 0.0, -0.0, 0.0);        \
         Py_ssize_t j = 0;                                                         \
         (void)unused;                                                             \
-        for (; j + 8 <= n; j += 8) {                                              \
-            __m512d c8 = _mm512_loadu_pd(c + j), s8 = _mm512_loadu_pd(s + j);     \
-            for (int h = 0; h < 2; h++) {                                         \
-                __m512i at = h ? high : low;                                      \
-                __m512d v = cpe_load8_##T(x + 2 * j + 8 * h);                     \
-                __m512d cs = _mm512_permutexvar_pd(at, c8);                       \
-                __m512d ss = _mm512_xor_pd(_mm512_permutexvar_pd(at, s8), first_negated); \
-                __m512d swapped = _mm512_permute_pd(v, 0x55);                     \
-                cpe_store8_##T(x + 2 * j + 8 * h,                                 \
-                               _mm512_add_pd(_mm512_mul_pd(v, cs),                \
-                                             _mm512_mul_pd(swapped, ss)));        \
+        for (; j + L <= n; j += L) {                                              \
+            V cj = cpe_loadu_##isa(c + j), sj = cpe_loadu_##isa(s + j);           \
+            for (int half = 0; half < 2; half++) {                                \
+                V v = cpe_load_##isa##_##T(x + 2 * j + L * half);                 \
+                V ss = cpe_pairs_##isa(sj, half) * cpe_signs_##isa();             \
+                cpe_store_##isa##_##T(x + 2 * j + L * half,                       \
+                                      v * cpe_pairs_##isa(cj, half) + cpe_swap_##isa(v) * ss); \
             }                                                                     \
         }                                                                         \
         for (; j < n; j++) CPE_ROTATE_PAIR(T, x[2 * j], x[2 * j + 1])             \
     }                                                                             \
-    CPE_AVX512_TARGET static void cpe_add_row_##T##_avx512(                       \
+    CPE_TARGET_##isa static void cpe_add_row_##T##_##isa(                         \
         T *x, const double *e, double x_scale, Py_ssize_t n) {                    \
-        const __m512d scale = _mm512_set1_pd(x_scale);                            \
         Py_ssize_t j = 0;                                                         \
-        for (; j + 8 <= n; j += 8)                                                \
-            cpe_store8_##T(x + j, _mm512_add_pd(_mm512_mul_pd(cpe_load8_##T(x + j), scale), \
-                                                _mm512_loadu_pd(e + j)));         \
+        for (; j + L <= n; j += L)                                                \
+            cpe_store_##isa##_##T(x + j, cpe_load_##isa##_##T(x + j) * x_scale    \
+                                             + cpe_loadu_##isa(e + j));           \
         for (; j < n; j++) x[j] = CPE_STORE_##T(CPE_LOAD_##T(x[j]) * x_scale + e[j]); \
     }
-CPE_KERNELS_16_AVX512(cpe_f16)
-CPE_KERNELS_16_AVX512(cpe_bf16)
-#define CPE_MULTIVERSION_16 CPE_MULTIVERSION_OWN_AVX512
+CPE_KERNELS_16_SIMD(cpe_f16, avx512, __m512d, 8)
+CPE_KERNELS_16_SIMD(cpe_bf16, avx512, __m512d, 8)
+CPE_KERNELS_16_SIMD(cpe_f16, avx2, __m256d, 4)
+CPE_KERNELS_16_SIMD(cpe_bf16, avx2, __m256d, 4)
+/* Both SIMD copies written above: the portable one and the dispatcher. */
+#define CPE_MULTIVERSION_16(name, params, args)              \
+    static void name##_portable params { name##_impl args; } \
+    static void name params { CPE_DISPATCH(, name, args) }
 #else
 #define CPE_MULTIVERSION_16 CPE_MULTIVERSION
 #endif
