@@ -114,6 +114,28 @@ def test_positional_encoding_table_rejects(override, exc, text):
         cpe.positional_encoding_table(n, D, **kwargs)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 33])
+def test_every_position_of_an_array_is_checked(n):
+    # The largest magnitude is one reduction over the array (vectorized): a bad
+    # value anywhere, in the vector part or the rest, is found.
+    for index in range(n):
+        for bad, text in [
+            (np.nan, "must be finite"),
+            (-np.inf, "must be finite"),
+            (np.inf, "must be finite"),
+            (-(2.0**60), "at most 2\\*\\*53"),
+        ]:
+            positions = np.full(n, 3.0)
+            positions[index] = bad
+            with pytest.raises(ValueError, match=text):
+                cpe.positional_encoding(positions, 16)
+            with pytest.raises(ValueError, match=text):
+                cpe.rope_cos_sin(positions, 16)
+        positions = np.full(n, 1.0)
+        positions[index] = -(2.0**40)  # the largest, negative: within range for D=2
+        assert np.isfinite(cpe.positional_encoding(positions, 2)).all()
+
+
 def test_unallocatable_table_is_a_memory_error():
     with pytest.raises(MemoryError):
         cpe.positional_encoding_table(2**36, 2**20)

@@ -52,6 +52,7 @@ cdef extern from "cpe_rows.h":
                           double* c) noexcept nogil
     int cpe_sincos_row_fast(double* row, double p, const double* w_hi, const double* w_lo,
                             Py_ssize_t n) noexcept nogil
+    void cpe_largest_magnitude(const double* x, Py_ssize_t n, double* largest) noexcept nogil
     double cpe_chain_sine(const double* const* rows, int count, Py_ssize_t j,
                           Py_ssize_t n) noexcept nogil
     # (first, second, rows, count, n_pairs, n_freq): see cpe_rows.h
@@ -753,7 +754,6 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
                                double w_max) noexcept nogil:
     """The positions (or the table start + i, i < n) checked: finite, a table's
     integers exact, every angle in range."""
-    cdef Py_ssize_t i
     cdef double largest = 0.0
     if positions == NULL:
         if not (floor(start) == start and -9007199254740992.0 <= start
@@ -761,10 +761,9 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
             return CPE_ERR_ARGUMENT
         largest = max(fabs(start), fabs(start + <double>(n - 1))) if n else 0.0
     else:
-        for i in range(n):
-            if not isfinite(positions[i]):
-                return CPE_ERR_ARGUMENT
-            largest = max(largest, fabs(positions[i]))
+        cpe_largest_magnitude(positions, n, &largest)
+        if not isfinite(largest):
+            return CPE_ERR_ARGUMENT
     if n and not _angles_in_range(largest, w_hi, n_freq, w_max):
         return CPE_ERR_RANGE
     return CPE_OK

@@ -358,6 +358,24 @@ static int cpe_sincos_row_fast(double *row, double p, const double *w_hi, const 
     CPE_COPY(CPE_AVX2_TARGET, name, _avx2, params, args)           \
     static void name params { CPE_DISPATCH(, name, args) }
 
+/* ---- positions checked ----
+ * *largest = the largest |x[i]|, i < n (0 when n is 0): infinity if one is
+ * infinite, a NaN if one is NaN. Taken on the bits, sign cleared, whose order as
+ * integers is the magnitudes' (a NaN's above infinity's): a reduction without
+ * branches, which vectorizes where a comparison of doubles would not. */
+CPE_ALWAYS_INLINE void cpe_largest_magnitude_impl(const double *x, Py_ssize_t n,
+                                                  double *largest) {
+    int64_t most = 0, bits;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(&bits, x + i, 8);
+        bits &= INT64_MAX;
+        most = bits > most ? bits : most;
+    }
+    memcpy(largest, &most, 8);
+}
+CPE_MULTIVERSION(cpe_largest_magnitude, (const double *x, Py_ssize_t n, double *largest),
+                 (x, n, largest))
+
 /* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
  * Pair rows hold n sines then n cosines. acc = rows[0], then
  * acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ...: the one complex product
