@@ -397,8 +397,11 @@ CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const 
                                       const double *r3, const int count, Py_ssize_t j,
                                       Py_ssize_t n, double *s, double *c) {
     if (count == 1) {
-        *s = 0.0 * r0[n + j] + 1.0 * r0[j];
-        *c = 1.0 * r0[n + j] - 0.0 * r0[j];
+        /* The row's product with the identity (0, 1), 0 c + 1 s and 1 c - 0 s, is
+           s + 0 and c + 0 (a zero sine made +0) in every row of sines and cosines:
+           they differ only for s = -0 with c < 0, and a zero sine has cosine 1. */
+        *s = r0[j] + 0.0;
+        *c = r0[n + j] + 0.0;
         return;
     }
     *s = r0[j];
