@@ -546,12 +546,10 @@ def _applied_axes(used: Scheme) -> tuple[Any, ...]:
         return rope_axes([(None, used.width if w is None else w, 0, None, 0)], used.base,
                          used.base_name, used.width // 2)  # fmt: skip
     frequencies = used.double_doubles()
-    axes = []
-    for index, which in enumerate(sections_of(used)):
-        if which.size:  # the section's frequencies, from its first, at their columns
-            at = int(which[0])
-            columns = None if which[-1] - at == which.size - 1 else which - at
-            axes.append((index, frequencies[:, which], at, columns, 0))
+    axes = [  # each section's frequencies, from its first, at their columns
+        (section.axis, section.of(frequencies), section.first, section.offsets, 0)
+        for section in sections_of(used)
+    ]
     return rope_axes(axes, None, used.base_name, used.width // 2)
 
 
@@ -770,12 +768,10 @@ def _multimodal(
     axes: list[Axis] = []
     if math.prod(shape):
         frequencies = used.double_doubles()
-        for axis, which in enumerate(sections_of(used)):
-            if which.size:  # the section's frequencies, one encoding, into their columns
-                first = int(which[0])
-                columns = None if which[-1] - first == which.size - 1 else which - first
-                at = 2 * first if interleaved else first
-                axes.append((axis, frequencies[:, which], at, columns, -1 if interleaved else half))
+        for section in sections_of(used):  # its frequencies, one encoding, into their columns
+            at = 2 * section.first if interleaved else section.first
+            axes.append((section.axis, section.of(frequencies), at, section.offsets,
+                         -1 if interleaved else half))  # fmt: skip
     rope_fill(
         cos,
         sin,

@@ -11,11 +11,12 @@ float64 as the formulas state them.
 
 from __future__ import annotations
 
+import marshal
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -125,6 +126,12 @@ class Scheme:
         )
 
     @cached_property
+    def _sections(self) -> tuple[Section, ...]:
+        """See sections_of."""
+        assert self.sections is not None
+        return _sections_of(self.sections, self.interleaved, self.width // 2)
+
+    @cached_property
     def _largest_frequency(self) -> float:
         """The largest |w_j| of make()'s frequencies (0 for the paper's, made by
         the engine, which checks their reach itself)."""
@@ -230,7 +237,7 @@ def _rope_type(parameters: Mapping[str, Any]) -> str:
 def scheme(
     head_dim: int,
     base: Any,
-    rope_parameters: Mapping[str, Any] | None,
+    rope_parameters: dict[Any, Any] | None,
     max_position_embeddings: Any,
     seq_len: Any,
     default_seq_len: Callable[[], float | None] = lambda: None,
@@ -240,9 +247,10 @@ def scheme(
     sections of multimodal RoPE. Without ``seq_len``, the schemes that read it
     call ``default_seq_len``: the length of the request (None: none). The same
     inputs give the same scheme: it is kept for the next call (unless it reads
-    the request's length). ``rope_parameters`` is read once, into a private copy
-    from which the scheme is both keyed and made."""
-    parameters = _private_copy(rope_parameters)
+    the request's length). ``rope_parameters`` is the caller's read once by
+    layer_parameters (a private copy, or None), from which the scheme is both
+    keyed and made."""
+    parameters = {} if rope_parameters is None else rope_parameters
     key = _key((head_dim, base, parameters, max_position_embeddings, seq_len))
     kept = _SCHEMES.get(key) if key is not None else None
     if kept is not None:
@@ -338,20 +346,21 @@ def _key(inputs: Any) -> bytes | None:
     each with its type and exact bits (so that inputs read apart, such as 1 and
     True, or 0.0 and -0.0, stay apart); None when an input cannot be keyed (an
     object hashed by identity, such as a tensor, may change in place): such
-    inputs are read, and checked, on every call."""
+    inputs are read, and checked, on every call. (marshal's version 2 writes
+    each value's type and bits, and no references to earlier objects, so equal
+    images give equal bytes.)"""
     try:
-        return repr(_frozen(inputs)).encode()
+        return marshal.dumps(_frozen(inputs), 2)
     except (TypeError, RecursionError):
         return None
 
 
 def _frozen(value: Any) -> Any:
-    """The image of ``value`` for _key, or a TypeError."""
+    """The image of ``value`` for _key (the usual scalars as they are), or a
+    TypeError."""
     kind = type(value)
-    if kind is int or kind is str or kind is bool or value is None:
-        return (kind.__name__, value)  # (the usual values, at once)
-    if kind is float:
-        return ("float", value.hex())
+    if kind is int or kind is str or kind is bool or kind is float or value is None:
+        return value
     if kind is list or kind is tuple:
         return ("sequence", tuple(map(_frozen, value)))
     if kind is dict and all(type(key) is str for key in value):
@@ -391,18 +400,49 @@ def _sections(read: _Parameters, half: int) -> dict[str, Any]:
     return {"sections": sections, "interleaved": interleaved}
 
 
-def sections_of(used: Scheme) -> list[npt.NDArray[np.intp]]:
-    """The frequencies of each axis (temporal, height, width) of multimodal RoPE:
-    three consecutive runs (Qwen2-VL), or interleaved (Qwen3-VL): height on every
-    third frequency from 1, width on every third from 2, time on the rest."""
-    assert used.sections is not None
-    half = used.width // 2
-    if not used.interleaved:
-        ends = np.cumsum(used.sections)
-        return [np.arange(end - count, end) for count, end in zip(used.sections, ends, strict=True)]
-    taken = [np.arange(axis, min(3 * used.sections[axis], half), 3) for axis in (1, 2)]
-    time = np.setdiff1d(np.arange(half), np.concatenate(taken))
-    return [time, *taken]
+def sections_of(used: Scheme) -> tuple[Section, ...]:
+    """The frequencies of each axis (temporal, height, width) of multimodal RoPE
+    that has any: three consecutive runs (Qwen2-VL), or interleaved (Qwen3-VL):
+    height on every third frequency from 1, width on every third from 2, time on
+    the rest. Worked out once per scheme."""
+    return used._sections
+
+
+class Section(NamedTuple):
+    """The frequencies of an axis of multimodal RoPE: ``size`` of them from
+    ``first``, at ``first + offsets`` (None: consecutive)."""
+
+    axis: int
+    first: int
+    size: int
+    offsets: npt.NDArray[np.intp] | None
+
+    def of(self, frequencies: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The section's columns of (2, half) double-doubles."""
+        if self.offsets is None:
+            return frequencies[:, self.first : self.first + self.size]
+        return frequencies[:, self.first + self.offsets]
+
+
+def _sections_of(
+    sections: tuple[int, int, int], interleaved: bool, half: int
+) -> tuple[Section, ...]:
+    """sections_of, worked out."""
+    if not interleaved:
+        ends = np.cumsum(sections)
+        which = [np.arange(end - count, end) for count, end in zip(sections, ends, strict=True)]
+    else:
+        taken = [np.arange(axis, min(3 * sections[axis], half), 3) for axis in (1, 2)]
+        which = [np.setdiff1d(np.arange(half), np.concatenate(taken)), *taken]
+    found = []
+    for axis, columns in enumerate(which):
+        if columns.size:
+            first = int(columns[0])
+            offsets = None if columns[-1] - first == columns.size - 1 else columns - first
+            if offsets is not None:
+                offsets.flags.writeable = False
+            found.append(Section(axis, first, int(columns.size), offsets))
+    return tuple(found)
 
 
 def _frequencies(
