@@ -504,10 +504,20 @@ def sixteen_bit_requests() -> dict[str, str]:
         dtypes.append("__import__('ml_dtypes').bfloat16")
     requests = {}
     for dtype in dtypes:
-        x = f"np.arange(65520, dtype=np.uint16).view({dtype}).reshape(2520, 26)"
+        x = f"(np.arange(2521 * 26) % 65536).astype(np.uint16).view({dtype}).reshape(2521, 26)"
         calls = [f"cpe.apply_rope({x}, start=99991, layout={layout!r})"
                  for layout in ("half", "interleaved")]  # fmt: skip
         calls.append(f"cpe.add_positional_encoding({x}, start=7, x_scale=0.75)")
+        if importlib.util.find_spec("torch") is not None:
+            # Under flush-to-zero (and denormals-are-zero), as torch sets it, every
+            # pattern at a sine of position 0 (zero: even columns, so once as it is
+            # and once moved by one) times 1 - 2**-30: values just below each
+            # pattern, such as the smallest normal float, whose rounding to odd
+            # must not make a subnormal that would be flushed.
+            ftz = "__import__('torch').set_flush_denormal(True)"
+            every = f"np.arange(65536, dtype=np.uint16).view({dtype})"
+            x0 = f"(lambda p: np.stack([p, np.roll(p, 1)])[:, None, :])({every})"
+            calls.append(f"({ftz}, cpe.add_positional_encoding({x0}, x_scale=1 - 2**-30))[1]")
         for call in calls:
             # Every NaN as one: which of a pair's NaNs passes on is the compiler's.
             requests[call] = f"(lambda r: np.where(np.isnan(r), np.nan, r))({call}.astype(float))"
@@ -520,6 +530,32 @@ def test_every_copy_of_the_16_bit_kernels_gives_the_same_bits():
     *avx2, _ = subprocess_digests(requests, ("CPE_DISABLE_AVX512",))
     *portable, _ = subprocess_digests(requests, ("CPE_DISABLE_SIMD",))
     assert widest == avx2 == portable
+
+
+CHECK_SCRIPT = """
+import numpy as np
+import cpe
+for n in (1, 7, 8, 9, 33):
+    for index in range(n):
+        for bad, text in ((np.nan, "finite"), (np.inf, "finite"), (-2.0**60, "2**53")):
+            positions = np.full(n, 3.0)
+            positions[index] = bad
+            try:
+                cpe.positional_encoding(positions, 16)
+            except ValueError as e:
+                assert text in str(e), e
+            else:
+                raise AssertionError((n, index, bad))
+print("checked")
+"""
+
+
+@pytest.mark.parametrize("switches", [(), ("CPE_DISABLE_AVX512",), ("CPE_DISABLE_SIMD",)])
+def test_every_copy_of_the_positions_check_finds_a_bad_one(switches):
+    # (test_errors checks the messages with the widest copy, in this process)
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    env.update(dict.fromkeys(switches, "1"))
+    assert run_python(CHECK_SCRIPT, [], env).split() == ["checked"]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

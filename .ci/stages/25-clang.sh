@@ -15,7 +15,10 @@ copy_tree "$root" "$work/src"
 venv_with_requirements python3 "$work/venv"
 "$work/venv/bin/python" -m pip install -q "ziglang==0.17.1"
 cc="$work/cc"
-printf '#!/bin/sh\nexec "%s" -m ziglang cc "$@"\n' "$work/venv/bin/python" > "$cc"
+# For the baseline x86-64 (or aarch64) CPU, as wheels are built: without it zig
+# builds for this machine's CPU, where every SIMD feature is enabled throughout
+# and a copy missing its target attribute would go unnoticed.
+printf '#!/bin/sh\nexec "%s" -m ziglang cc -mcpu=baseline "$@"\n' "$work/venv/bin/python" > "$cc"
 chmod +x "$cc"
 "$cc" --version | head -n 1
 

@@ -276,10 +276,10 @@ static int cpe_rows_level = 0;
 
 #if CPE_X86_DISPATCH
 #include <cpuid.h>
-/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA (+ F16C, which every CPU with
-   AVX2 has), 0 otherwise: what the CPU has and
-   the operating system saves (XCR0). Read with cpuid/xgetbv rather than
-   __builtin_cpu_supports, whose libgcc symbol not every toolchain provides. */
+/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA (both with F16C, which every CPU
+   with AVX2 has), 0 otherwise: what the CPU has and the operating system saves
+   (XCR0). Read with cpuid/xgetbv rather than __builtin_cpu_supports, whose
+   libgcc symbol not every toolchain provides. */
 static int cpe_x86_level(void) {
     unsigned int a, b, c, d, xcr0_lo, xcr0_hi;
     if (!__get_cpuid(1, &a, &b, &c, &d)) {
@@ -379,8 +379,8 @@ CPE_MULTIVERSION(cpe_largest_magnitude, (const double *x, Py_ssize_t n, double *
 /* ---- angle addition: the row of x_0 + x_1 + ... from up to four pair rows ----
  * Pair rows hold n sines then n cosines. acc = rows[0], then
  * acc = (sin, cos)(acc + rows[r]) for r = 1, 2, ...: the one complex product
- * (cpe_chain_step), the result stored in a layout. A single row is stored as its
- * product with the identity (0, 1), as the fill loop stores it. These loops are
+ * (cpe_chain_step), the result stored in a layout. A single row is stored as it
+ * is, its zeros +0 (see cpe_chain_impl). These loops are
  * memory- and multiply-bound; the SIMD copies run the same operations (no FMA)
  * as the portable one, so all give the same bits. */
 
@@ -397,9 +397,11 @@ CPE_ALWAYS_INLINE void cpe_chain_impl(const double *r0, const double *r1, const 
                                       const double *r3, const int count, Py_ssize_t j,
                                       Py_ssize_t n, double *s, double *c) {
     if (count == 1) {
-        /* The row's product with the identity (0, 1), 0 c + 1 s and 1 c - 0 s, is
-           s + 0 and c + 0 (a zero sine made +0) in every row of sines and cosines:
-           they differ only for s = -0 with c < 0, and a zero sine has cosine 1. */
+        /* The row's product with the identity (0, 1), 0 c + 1 s and 1 c - 0 s,
+           has the bits of s + 0 and c + 0 but for signed zeros (s = -0 with
+           c <= -0, c = -0 with s >= +0: rows of angles reduced to exactly pi/2
+           or pi modulo 2 pi, as the frequencies of a caller can give): a zero
+           is stored as +0, at half the arithmetic. */
         *s = r0[j] + 0.0;
         *c = r0[n + j] + 0.0;
         return;
@@ -641,7 +643,9 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
  * (x[2j], x[2j + 1]) ("interleaved"), for j < n, is rotated by the angle whose
  * cosine and sine are c[j] and s[j]: (x1 c - x2 s, x2 c + x1 s), computed in
  * double from the pair's values and rounded once to T. As for the chains, every
- * copy runs the same operations (no FMA), so all give the same bits. */
+ * copy runs the same operations (no FMA), so all give the same bits, a NaN's
+ * payload aside (which of two NaNs an addition passes on is the compiler's
+ * choice; a NaN and an infinity at a zero cosine or sine make two). */
 #define CPE_ROTATE_PAIR(T, first, second)                                       \
     {                                                                           \
         double x1 = CPE_LOAD_##T(first), x2 = CPE_LOAD_##T(second);             \
@@ -669,11 +673,12 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
 /* ---- the SIMD copies of the 16-bit floats' loops ----
  * GCC vectorizes the conversions above poorly (at 256 bits at most, with the
  * rounding to odd spelled out); these copies convert a vector at a time with
- * the same roundings, so every element's bits are those of the scalar
- * functions: a float rounded to odd (AVX-512: truncated by vcvtpd2ps's own
- * rounding mode; AVX2: rounded to nearest, then stepped toward zero when that
- * went beyond), then to nearest even on the float's bits (bfloat16) or by
- * vcvtps2ph (float16). One loop per job, written once over the vector type
+ * the same roundings by the same floating-point operations (so that they agree
+ * under flush-to-zero too), so every value's bits are those of the scalar
+ * functions: a float rounded to odd (rounded to nearest, then stepped toward
+ * zero when that went beyond, its last bit set when inexact), then to nearest
+ * even on the float's bits (bfloat16) or by vcvtps2ph (float16). (A NaN's
+ * payload aside: which NaN an operation passes on may differ between copies.) One loop per job, written once over the vector type
  * (GCC's and Clang's vector arithmetic), with per-instruction-set helpers:
  * load/store (a vector of doubles from or to T), loadu (doubles), pairs (the
  * lanes of a vector's first or second half each twice), swap (the lanes of
@@ -682,13 +687,17 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
 #if CPE_X86_DISPATCH
 #include <immintrin.h>
 #define CPE_TARGET_avx512 CPE_AVX512_TARGET
-#define CPE_TARGET_avx2 CPE_AVX2_TARGET __attribute__((target("f16c")))
+/* (One target attribute: Clang keeps only the first of two.) */
+#define CPE_TARGET_avx2 __attribute__((target("avx2,fma,f16c"))) CPE_NO_SLP
 
 CPE_AVX512_TARGET static inline __m256i cpe_odd_float_bits_avx512(__m512d d) {
-    __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(t), d, _CMP_NEQ_UQ);
-    return _mm256_mask_or_epi32(_mm256_castps_si256(t), inexact, _mm256_castps_si256(t),
-                                _mm256_set1_epi32(1));
+    __m256 f = _mm512_cvtpd_ps(d);
+    __m512d back = _mm512_cvtps_pd(f);
+    __mmask8 beyond = _mm512_cmp_pd_mask(_mm512_abs_pd(back), _mm512_abs_pd(d), _CMP_GT_OQ);
+    __mmask8 inexact = _mm512_cmp_pd_mask(back, d, _CMP_NEQ_UQ);
+    __m256i b = _mm256_castps_si256(f);
+    b = _mm256_mask_sub_epi32(b, beyond, b, _mm256_set1_epi32(1));
+    return _mm256_mask_or_epi32(b, inexact, b, _mm256_set1_epi32(1));
 }
 CPE_TARGET_avx2 static inline __m128i cpe_odd_float_bits_avx2(__m256d d) {
     const __m256d magnitude = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
@@ -774,7 +783,8 @@ CPE_TARGET_avx2 static inline __m256d cpe_load_avx2_cpe_f16(const cpe_f16 *p) {
 }
 CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_f16(cpe_f16 *p, __m256d d) {
     __m128 odd = _mm_castsi128_ps(cpe_odd_float_bits_avx2(d));
-    _mm_storel_epi64((__m128i *)p, _mm_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storel_epi64((__m128i *)p,
+                     _mm_cvtps_ph(odd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 /* The loops, for T and an instruction set whose vectors V hold L doubles. */
