@@ -81,7 +81,8 @@ PY
     (cd "$work/src" && sanitized env CPE_HYPOTHESIS_PROFILE=ci "$py" -m pytest -q -p no:cacheprovider \
         --capture=sys tests --ignore=tests/test_leaks.py \
         --deselect tests/test_cli.py::test_plot_writes_a_png_of_the_requested_size \
-        --deselect tests/test_cli.py::test_readme_command_lines_run)
+        --deselect tests/test_cli.py::test_readme_command_lines_run \
+        --deselect tests/test_threads.py::test_a_child_forked_while_a_thread_makes_digit_rows_does_not_hang)
     check_reports "CPE_CYTHON_CHECKS=$1"
     echo "   suite passed with no sanitizer report in $((SECONDS - start)) s"
 }
@@ -91,4 +92,8 @@ PY
 # with it would test nothing new. test_leaks is left out (ASan keeps freed memory
 # on purpose), and so are the two plot tests: matplotlib's own ft2font extension
 # trips ASan (an unsanitized cpe shows the same report), which is not ours to fix.
+# So is the test that forks while another thread runs cpe: GCC 12's ASan
+# allocator takes no lock around fork(), so a child forked while the other thread
+# is inside malloc waits forever on the allocator's mutex (seen under load, its
+# stack in SizeClassAllocator64::GetFromAllocator); every other stage runs it.
 run_suite 0
