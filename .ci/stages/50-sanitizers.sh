@@ -95,5 +95,5 @@ PY
 # So is the test that forks while another thread runs cpe: GCC 12's ASan
 # allocator takes no lock around fork(), so a child forked while the other thread
 # is inside malloc waits forever on the allocator's mutex (seen under load, its
-# stack in SizeClassAllocator64::GetFromAllocator); every other stage runs it.
+# stack in SizeClassAllocator64::GetFromAllocator); the suite's other runs keep it.
 run_suite 0
