@@ -94,6 +94,6 @@ PY
 # trips ASan (an unsanitized cpe shows the same report), which is not ours to fix.
 # So is the test that forks while another thread runs cpe: GCC 12's ASan
 # allocator takes no lock around fork(), so a child forked while the other thread
-# is inside malloc waits forever on the allocator's mutex (seen under load, its
-# stack in SizeClassAllocator64::GetFromAllocator); the suite's other runs keep it.
+# is inside malloc waits forever on the allocator's mutex; the suite's other runs
+# keep it.
 run_suite 0

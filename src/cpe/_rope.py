@@ -35,7 +35,7 @@ from cpe._core import (
     rope_fill,
     rope_tables,
 )
-from cpe._scaling import Scheme, layer_parameters, scheme, sections_of
+from cpe._scaling import Scheme, layer_parameters, scheme
 from cpe._typing import RopeLayout
 
 if TYPE_CHECKING:
@@ -548,7 +548,7 @@ def _applied_axes(used: Scheme) -> tuple[Any, ...]:
     frequencies = used.double_doubles()
     axes = [  # each section's frequencies, from its first, at their columns
         (section.axis, section.of(frequencies), section.first, section.offsets, 0)
-        for section in sections_of(used)
+        for section in used.axis_sections
     ]
     return rope_axes(axes, None, used.base_name, used.width // 2)
 
@@ -768,7 +768,7 @@ def _multimodal(
     axes: list[Axis] = []
     if math.prod(shape):
         frequencies = used.double_doubles()
-        for section in sections_of(used):  # its frequencies, one encoding, into their columns
+        for section in used.axis_sections:  # its frequencies, one encoding, into their columns
             at = 2 * section.first if interleaved else section.first
             axes.append((section.axis, section.of(frequencies), at, section.offsets,
                          -1 if interleaved else half))  # fmt: skip

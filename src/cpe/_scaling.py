@@ -78,7 +78,7 @@ class Scheme:
     # The argument base comes from, for its errors: base, or the config's rope_theta.
     base_name: str = "base"
     # Multimodal RoPE: the sections (temporal, height, width) of the frequencies,
-    # in runs or interleaved (see sections_of); None for one axis.
+    # in runs or interleaved (see axis_sections); None for one axis.
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
     # The bytes of what the frequencies are made from, under which (after b"w")
@@ -126,10 +126,29 @@ class Scheme:
         )
 
     @cached_property
-    def _sections(self) -> tuple[Section, ...]:
-        """See sections_of."""
+    def axis_sections(self) -> tuple[Section, ...]:
+        """Multimodal RoPE: the frequencies of each axis (temporal, height, width)
+        that has any: three consecutive runs (Qwen2-VL), or interleaved (Qwen3-VL):
+        height on every third frequency from 1, width on every third from 2, time
+        on the rest. Worked out once per scheme."""
         assert self.sections is not None
-        return _sections_of(self.sections, self.interleaved, self.width // 2)
+        half = self.width // 2
+        if not self.interleaved:
+            ends = np.cumsum(self.sections)
+            which = [np.arange(end - count, end)
+                     for count, end in zip(self.sections, ends, strict=True)]  # fmt: skip
+        else:
+            taken = [np.arange(axis, min(3 * self.sections[axis], half), 3) for axis in (1, 2)]
+            which = [np.setdiff1d(np.arange(half), np.concatenate(taken)), *taken]
+        found = []
+        for axis, columns in enumerate(which):
+            if columns.size:
+                first = int(columns[0])
+                offsets = None if columns[-1] - first == columns.size - 1 else columns - first
+                if offsets is not None:
+                    offsets.flags.writeable = False
+                found.append(Section(axis, first, int(columns.size), offsets))
+        return tuple(found)
 
     @cached_property
     def _largest_frequency(self) -> float:
@@ -400,14 +419,6 @@ def _sections(read: _Parameters, half: int) -> dict[str, Any]:
     return {"sections": sections, "interleaved": interleaved}
 
 
-def sections_of(used: Scheme) -> tuple[Section, ...]:
-    """The frequencies of each axis (temporal, height, width) of multimodal RoPE
-    that has any: three consecutive runs (Qwen2-VL), or interleaved (Qwen3-VL):
-    height on every third frequency from 1, width on every third from 2, time on
-    the rest. Worked out once per scheme."""
-    return used._sections
-
-
 class Section(NamedTuple):
     """The frequencies of an axis of multimodal RoPE: ``size`` of them from
     ``first``, at ``first + offsets`` (None: consecutive)."""
@@ -422,27 +433,6 @@ class Section(NamedTuple):
         if self.offsets is None:
             return frequencies[:, self.first : self.first + self.size]
         return frequencies[:, self.first + self.offsets]
-
-
-def _sections_of(
-    sections: tuple[int, int, int], interleaved: bool, half: int
-) -> tuple[Section, ...]:
-    """sections_of, worked out."""
-    if not interleaved:
-        ends = np.cumsum(sections)
-        which = [np.arange(end - count, end) for count, end in zip(sections, ends, strict=True)]
-    else:
-        taken = [np.arange(axis, min(3 * sections[axis], half), 3) for axis in (1, 2)]
-        which = [np.setdiff1d(np.arange(half), np.concatenate(taken)), *taken]
-    found = []
-    for axis, columns in enumerate(which):
-        if columns.size:
-            first = int(columns[0])
-            offsets = None if columns[-1] - first == columns.size - 1 else columns - first
-            if offsets is not None:
-                offsets.flags.writeable = False
-            found.append(Section(axis, first, int(columns.size), offsets))
-    return tuple(found)
 
 
 def _frequencies(

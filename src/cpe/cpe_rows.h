@@ -254,7 +254,7 @@ static int cpe_sincos_row_portable(double *row, double p, const double *w_hi,
 #else
 #define CPE_NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
 #endif
-#define CPE_AVX2_TARGET __attribute__((target("avx2,fma"))) CPE_NO_SLP
+#define CPE_AVX2_TARGET __attribute__((target("avx2,fma,f16c"))) CPE_NO_SLP
 CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
     return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
@@ -678,8 +678,9 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
  * functions: a float rounded to odd (rounded to nearest, then stepped toward
  * zero when that went beyond, its last bit set when inexact), then to nearest
  * even on the float's bits (bfloat16) or by vcvtps2ph (float16). (A NaN's
- * payload aside: which NaN an operation passes on may differ between copies.) One loop per job, written once over the vector type
- * (GCC's and Clang's vector arithmetic), with per-instruction-set helpers:
+ * payload aside: which NaN an operation passes on may differ between copies.)
+ * One loop per job, written once over the vector type (GCC's and Clang's vector
+ * arithmetic), with per-instruction-set helpers:
  * load/store (a vector of doubles from or to T), loadu (doubles), pairs (the
  * lanes of a vector's first or second half each twice), swap (the lanes of
  * each pair swapped) and signs (-1, 1, -1, ...: x1 c + x2 (-s) and x2 c + x1 s
@@ -687,8 +688,7 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
 #if CPE_X86_DISPATCH
 #include <immintrin.h>
 #define CPE_TARGET_avx512 CPE_AVX512_TARGET
-/* (One target attribute: Clang keeps only the first of two.) */
-#define CPE_TARGET_avx2 __attribute__((target("avx2,fma,f16c"))) CPE_NO_SLP
+#define CPE_TARGET_avx2 CPE_AVX2_TARGET
 
 CPE_AVX512_TARGET static inline __m256i cpe_odd_float_bits_avx512(__m512d d) {
     __m256 f = _mm512_cvtpd_ps(d);
