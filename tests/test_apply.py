@@ -394,17 +394,20 @@ def test_a_rope_reused_across_calls_gives_what_a_fresh_parse_gives(keywords):
 
 
 def test_a_multi_axis_rope_gives_what_the_functions_give():
-    thw = RNG.integers(0, 50, size=(3, 1, 9))
+    # A Rope keeps its axes after the first table with rows; the calls before
+    # and after must not change what it gives.
     mrope = {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}
+    mrope_pairs = {**mrope, "layout": "interleaved"}
     axial = {"axes_dim": (4, 6, 6), "layout": "interleaved"}
-    ids = RNG.integers(0, 50, size=(9, 3))
     x = values((1, 9, 16))
-    for keywords, positions in ((mrope, thw), (axial, ids)):
+    for keywords, shape in ((mrope, (3, 1, 9)), (mrope_pairs, (3, 1, 9)), (axial, (9, 3))):
         rope = cpe.Rope(16, **keywords)
-        for got, want in zip(
-            rope.cos_sin(positions), cpe.rope_cos_sin(positions, 16, **keywords), strict=True
-        ):
-            np.testing.assert_array_equal(got, want)
+        empty = np.zeros((3, 1, 0) if len(shape) == 3 else (0, 3), np.int64)
+        for positions in (empty, RNG.integers(0, 50, size=shape), RNG.integers(-9, 9, size=shape)):
+            for got, want in zip(
+                rope.cos_sin(positions), cpe.rope_cos_sin(positions, 16, **keywords), strict=True
+            ):
+                np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(
             rope.apply(x, positions), cpe.apply_rope(x, positions, **keywords)
         )

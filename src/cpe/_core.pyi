@@ -138,18 +138,23 @@ def rope_fill(
     dt: np.dtype[Any],
     positions: npt.NDArray[Any] | None,
     start: float,
-    axes: list[Any],
-    base: object,
+    axes: tuple[Any, ...] | None,
     interleaved: bool,
     amplitude: float,
     workers: int,
     name: str,
-    base_name: str = "base",
 ) -> None: ...
 
 MAX_AXES: int
 
-def rope_axes(axes: list[Any], base: object, base_name: str, n_freq: int) -> tuple[Any, ...]: ...
+def rope_axes(
+    axes: list[Any],
+    base: object,
+    base_name: str,
+    n_freq: int,
+    pairs: bool = False,
+    half_at: int = 0,
+) -> tuple[Any, ...]: ...
 def encoding_axes(
     D: object,
     base: float,

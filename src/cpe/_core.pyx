@@ -1058,7 +1058,7 @@ cpdef tuple rope_tables(out, tuple shape, dt, str sizes):
 
 
 cdef tuple _axis_encodings(list axes, base, str base_name):
-    """The encodings of RoPE's axes (see rope_fill) and their largest |w_j|."""
+    """The encodings of RoPE's axes (see rope_axes) and their largest |w_j|."""
     cdef double b = as_positive(base, base_name) if base is not None else 1.0
     encodings = [_encoding(w, b, 1.0, None, None, None, True, NULL, base_name) if type(w) is int
                  else _given_encoding(2 * (<cnp.ndarray>w).shape[1], w)
@@ -1098,7 +1098,7 @@ cdef inline const void* _data_or_null(array) noexcept:
 cdef list _set_angles(fill_request* r, fill_request* axes, list axis_list, list encodings,
                       pos, double start, bint now):
     """The angles of ``r`` (its n set): of its one axis, or of the several of
-    ``axis_list`` (see rope_fill) at ``axes`` (room for FILL_MAX_AXES), the
+    ``axis_list`` (see rope_axes) at ``axes`` (room for FILL_MAX_AXES), the
     positions of each ``pos[index]`` (or all of ``pos``; None: from ``start``).
     ``now``: see _levels_of. What their pointers point into."""
     cdef int k, count = len(encodings)
@@ -1130,7 +1130,7 @@ cdef object _column_map(list axis_list, list encodings, bint pairs, Py_ssize_t h
     """The columns of the frequencies of the axes in a row, as fill_request's
     ``columns`` (an intp array), or None when they are a whole row's, in order,
     with the request's ``half_at``. Each of ``axis_list`` is (index,
-    frequencies, first, columns, half_at) (see rope_fill); ``pairs``: an
+    frequencies, first, columns, half_at) (see rope_axes); ``pairs``: an
     interleaved table's (whose ``first`` is twice its first pair)."""
     cdef Py_ssize_t running = 0, n_k, first, at
     cdef bint whole = True
@@ -1155,8 +1155,8 @@ cdef object _column_map(list axis_list, list encodings, bint pairs, Py_ssize_t h
                                 dtype=np.intp)
 
 
-def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint interleaved,
-              double amplitude, Py_ssize_t workers, str name, str base_name="base"):
+def rope_fill(cos, sin, dt, positions, double start, tuple axes, bint interleaved,
+              double amplitude, Py_ssize_t workers, str name):
     """RoPE: the checked tables ``cos`` and ``sin`` (of shape (..., head_dim),
     dtype ``dt``) filled, the frequencies of every axis written straight into
     their columns, every value the one the one-axis table of that axis gives.
@@ -1165,25 +1165,19 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
     table of consecutive positions from ``start`` (integral, checked by
     table_start); they are checked once, all of them, against the largest
     frequency of any axis, before anything is written, with the errors of
-    ``name``. Each of ``axes`` is (index, frequencies, first, columns, half_at):
-    the positions of the axis are ``positions[index]`` (index None: all of them);
-    ``frequencies`` is an even width (the paper's frequencies of ``base``, checked
-    here) or a (2, k) array of double-doubles (see _given_encoding); its values go
-    to column ``first`` + c_j, c_j = ``columns[j]`` (None: j), and, "half", to
-    that plus ``half_at`` too (-1: the axis' own k, its whole table's).
-    Values are times ``amplitude``. Up to ``workers`` threads fill large tables
-    (see _fill_encoding). ``base_name`` names ``base`` in its errors.
+    ``name``. ``axes`` is what rope_axes returns for the tables' layout (not
+    read when the tables are empty). Values are times ``amplitude``. Up to
+    ``workers`` threads fill large tables (see _fill_encoding).
     """
     cdef Py_ssize_t size = cnp.PyArray_SIZE(<cnp.ndarray>cos)
     if size == 0:
         return None
-    encodings, w_max = _axis_encodings(axes, base, base_name)
+    axis_list, encodings, w_max, columns = axes[0], axes[1], axes[2], axes[7]
     cdef Py_ssize_t head_dim = cnp.PyArray_DIM(<cnp.ndarray>cos, cnp.PyArray_NDIM(cos) - 1)
     cdef Py_ssize_t rows = size // head_dim, n_freq = head_dim // 2
     pos = _checked_positions(positions, start, rows, w_max, name)
     cdef bint narrow = dt is not _FLOAT64 and dt is not _FLOAT32
     target = np.empty((2, size), dtype=np.float64) if narrow else cos
-    columns = _column_map(axes, encodings, interleaved, n_freq)
     cdef fill_request axis_requests[8]
     cdef char* sin_data = _address(target) + size * 8 if narrow else _address(sin)
     cdef fill_request r = fill_request(
@@ -1193,7 +1187,7 @@ def rope_fill(cos, sin, dt, positions, double start, list axes, base, bint inter
         store=STORE_ROPE_INTERLEAVED if interleaved else STORE_ROPE_HALF,
         amplitude=amplitude, columns=<const Py_ssize_t*>_data_or_null(columns),
         half_at=n_freq)
-    owners = _set_angles(&r, axis_requests, axes, encodings, pos, start, False)
+    owners = _set_angles(&r, axis_requests, axis_list, encodings, pos, start, False)
     _run_request(&r, (owners, columns), name, workers)
     if narrow:
         _round_into(cos, target[0])
@@ -1280,14 +1274,24 @@ cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) n
 MAX_AXES = _engine.FILL_MAX_AXES
 
 
-def rope_axes(list axes, base, str base_name, Py_ssize_t n_freq):
-    """RoPE's axes (see apply_rows) with their encodings, rotating ``n_freq``
-    pairs: what a parsed encoding keeps, so that each call finds them at once."""
+def rope_axes(list axes, base, str base_name, Py_ssize_t n_freq, bint pairs=False,
+              Py_ssize_t half_at=0):
+    """RoPE's axes with their encodings, of ``n_freq`` pairs: what a parsed
+    encoding keeps, so that each call finds them at once. Each of ``axes`` is
+    (index, frequencies, first, columns, half_at): the positions of the axis are
+    ``positions[index]`` (index None: all of them); ``frequencies`` is an even
+    width (the paper's frequencies of ``base``, checked here, ``base_name``
+    naming it) or a (2, k) array of double-doubles (see _given_encoding); its
+    values go to column ``first`` + c_j, c_j = ``columns[j]`` (None: j), and,
+    "half", to that plus ``half_at`` too (-1: the axis' own k). For rope_fill's
+    tables, ``pairs`` (interleaved: ``first`` is twice a pair's) and the
+    tables' ``half_at`` (n_freq) place the columns; for apply_rows, the
+    defaults (see there)."""
     if len(axes) > MAX_AXES:
         raise ValueError(f"at most {MAX_AXES} axes, got {len(axes)}")
     encodings, w_max = _axis_encodings(axes, base, base_name)
     return (axes, encodings, w_max, STORE_ROPE_HALF, n_freq, 2 * n_freq, False,
-            _column_map(axes, encodings, False, 0))
+            _column_map(axes, encodings, pairs, half_at))
 
 
 def encoding_axes(D, double base, double scale, convention, layout, freq_shift):
@@ -1315,7 +1319,7 @@ def apply_rows(list targets, positions, double start, Py_ssize_t n, tuple axes,
     the other axes; ``y`` is written (``x`` itself, or an array that shares no
     memory with any other target). ``positions`` and ``start`` are as for
     rope_fill, with ``n`` points. ``axes`` is what rope_axes returns of a list
-    of ``(index, frequencies, first, columns, 0)`` (as for rope_fill, with
+    of ``(index, frequencies, first, columns, 0)`` (with
     ``first`` its first frequency among those that rotate pair ``j``: "half",
     values j and n_freq + j; ``interleaved``, 2j and 2j + 1; and half_at 0, see
     _engine.apply_request), or what encoding_axes returns. ``inverse``: rotated

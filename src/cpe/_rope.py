@@ -340,6 +340,7 @@ class Rope:
         self._used: Scheme | None = None
         self._again: tuple[Any, ...] | None = None  # a scheme made again at each call
         self._applied: tuple[Any, ...] | None = None  # (see _apply.rope_axes)
+        self._tables: tuple[Any, ...] | None = None  # (see _table_axes)
         if axes_dim is not None:
             if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
                     and seq_len is None and layer_type is None):  # fmt: skip
@@ -403,10 +404,7 @@ class Rope:
                     "axes_dim, got an integer"
                 )
             _check_no_offset(start)
-            return _axial(
-                positions, self.head_dim, self._widths, self._base, output_dtype, self.layout,
-                out, threads,
-            )  # fmt: skip
+            return self._axial(positions, output_dtype, out, threads)
         first = 0
         if count is not None:
             first = table_start(start, count)
@@ -417,7 +415,7 @@ class Rope:
         used = self._scheme(lambda: request_length(positions, first, count))
         _check_amplitude(used.attention_factor, output_dtype)
         if positions is not None and used.sections is not None:
-            return _multimodal(positions, used, output_dtype, self._interleaved, out, threads)
+            return self._multimodal(positions, used, output_dtype, out, threads)
         # One table, whose (used.width) columns are all one axis': the frequencies are
         # made once its sizes are checked, if it has any rows.
         b = as_positive(used.base, used.base_name)
@@ -428,14 +426,81 @@ class Rope:
             shape, sizes = (*positions.shape, used.width), "n (the positions) and head_dim"
             name = "n (the positions)"
         cos, sin = rope_tables(out, shape, output_dtype, sizes)
-        rows = math.prod(shape[:-1])
-        if rows:
+        axes = None
+        if math.prod(shape[:-1]):
             used.check_reach(lambda: _reach(positions, first, count))
-        w = used.frequencies() if rows else None
-        frequencies: int | npt.NDArray[np.float64] = used.width if w is None else w
-        axes = [(None, frequencies, 0, None, -1)]
-        rope_fill(cos, sin, output_dtype, positions, float(first), axes, b, self._interleaved,
-                  used.attention_factor, threads, name, used.base_name)  # fmt: skip
+            axes = self._table_axes(used, b)
+        rope_fill(cos, sin, output_dtype, positions, float(first), axes, self._interleaved,
+                  used.attention_factor, threads, name)  # fmt: skip
+        return (cos, sin) if out is None else written(out)
+
+    def _table_axes(self, used: Scheme | None, base: float | None = None) -> tuple[Any, ...]:
+        """The axes of the tables (see rope_fill) of the scheme ``used`` (None:
+        axial), kept while the scheme is; ``base``: a one-axis scheme's, checked."""
+        if self._tables is not None:
+            return self._tables
+        interleaved, base_name = self._interleaved, "base"
+        axes: list[Axis]
+        if used is None:
+            assert self._widths is not None
+            half, base = self.head_dim // 2, self._base
+            offsets = np.cumsum([0, *self._widths]).tolist()
+            axes = [((..., i), width, offsets[i], None, -1) for i, width in enumerate(self._widths)]
+        elif used.sections is None:
+            half, base_name = used.width // 2, used.base_name
+            w = used.frequencies()
+            axes = [(None, used.width if w is None else w, 0, None, -1)]
+        else:  # each section's frequencies, one encoding, into their columns
+            half = used.width // 2
+            frequencies = used.double_doubles()
+            axes = [(section.axis, section.of(frequencies),
+                     2 * section.first if interleaved else section.first, section.offsets,
+                     -1 if interleaved else half)
+                    for section in used.axis_sections]  # fmt: skip
+        tables = rope_axes(axes, base, base_name, half, interleaved, half)
+        if self._again is None:
+            self._tables = tables
+        return tables
+
+    def _multimodal(
+        self,
+        positions: npt.NDArray[Any],
+        used: Scheme,
+        dtype: Any,
+        out: tuple[Any, Any] | None,
+        workers: int,
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
+        positions = _three_axes(positions, "n (the positions)")
+        if positions.size:
+            used.check_reach(lambda: _reach(positions, 0, None))
+        shape = (*positions.shape[1:], used.width)
+        cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
+        axes = self._table_axes(used) if math.prod(shape) else None
+        rope_fill(cos, sin, dtype, positions, 0.0, axes, self._interleaved,
+                  used.attention_factor, workers, "n (the positions)")  # fmt: skip
+        return (cos, sin) if out is None else written(out)
+
+    def _axial(
+        self,
+        positions: npt.NDArray[Any],
+        dtype: Any,
+        out: tuple[Any, Any] | None,
+        workers: int,
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """Axial RoPE: axis ``i`` of the positions with frequencies of width
+        ``axes_dim[i]``."""
+        assert self._widths is not None
+        if positions.ndim == 0 or positions.shape[-1] != len(self._widths):
+            raise ValueError(
+                f"n (the positions) must have a last axis of len(axes_dim) = "
+                f"{len(self._widths)}, got shape {positions.shape}"
+            )
+        shape = (*positions.shape[:-1], self.head_dim)
+        cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
+        axes = self._table_axes(None) if math.prod(shape) else None
+        rope_fill(cos, sin, dtype, positions, 0.0, axes, self._interleaved, 1.0, workers,
+                  "n (the positions)")  # fmt: skip
         return (cos, sin) if out is None else written(out)
 
     def apply(
@@ -746,46 +811,8 @@ def rope_frequencies(
 # (the index of the axis' positions, its frequencies: the even width of the
 # paper's of base, or a (2, k) array of double-doubles; its first column, its
 # columns from there when they are not consecutive, and where the second copies
-# of its values start: see cpe._core.rope_fill)
+# of its values start: see cpe._core.rope_axes)
 Axis = tuple[Any, "int | npt.NDArray[np.float64]", int, "npt.NDArray[np.intp] | None", int]
-
-
-def _multimodal(
-    positions: npt.NDArray[Any],
-    used: Scheme,
-    dtype: Any,
-    interleaved: bool,
-    out: tuple[Any, Any] | None,
-    workers: int,
-) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Multimodal RoPE: the frequencies of each section at the positions of its axis."""
-    positions = _three_axes(positions, "n (the positions)")
-    if positions.size:
-        used.check_reach(lambda: _reach(positions, 0, None))
-    half = used.width // 2
-    shape = (*positions.shape[1:], used.width)
-    cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
-    axes: list[Axis] = []
-    if math.prod(shape):
-        frequencies = used.double_doubles()
-        for section in used.axis_sections:  # its frequencies, one encoding, into their columns
-            at = 2 * section.first if interleaved else section.first
-            axes.append((section.axis, section.of(frequencies), at, section.offsets,
-                         -1 if interleaved else half))  # fmt: skip
-    rope_fill(
-        cos,
-        sin,
-        dtype,
-        positions,
-        0.0,
-        axes,
-        None,
-        interleaved,
-        used.attention_factor,
-        workers,
-        "n (the positions)",
-    )
-    return (cos, sin) if out is None else written(out)
 
 
 def _reach(positions: npt.NDArray[Any] | None, first: int, count: int | None) -> float:
@@ -809,43 +836,9 @@ def _three_axes(positions: npt.NDArray[Any], name: str) -> npt.NDArray[Any]:
             f"shape {positions.shape}; text ids of shape (batch, seq) are "
             "np.broadcast_to(ids, (3, *ids.shape))"
         )
+    if positions.shape[0] == 3:
+        return positions
     return np.broadcast_to(positions, (3, *positions.shape[1:]))
-
-
-def _axial(
-    positions: npt.NDArray[Any],
-    head_dim: int,
-    widths: list[int],
-    base: Any,
-    dtype: Any,
-    layout: str,
-    out: tuple[Any, Any] | None,
-    workers: int,
-) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Axial RoPE: axis ``i`` of the positions with frequencies of width ``widths[i]``."""
-    if positions.ndim == 0 or positions.shape[-1] != len(widths):
-        raise ValueError(
-            f"n (the positions) must have a last axis of len(axes_dim) = {len(widths)}, "
-            f"got shape {positions.shape}"
-        )
-    shape = (*positions.shape[:-1], head_dim)
-    cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
-    offsets = np.cumsum([0, *widths]).tolist()
-    axes: list[Axis] = [((..., i), width, offsets[i], None, -1) for i, width in enumerate(widths)]
-    rope_fill(
-        cos,
-        sin,
-        dtype,
-        positions,
-        0.0,
-        axes,
-        base,
-        layout == "interleaved",
-        1.0,
-        workers,
-        "n (the positions)",
-    )
-    return (cos, sin) if out is None else written(out)
 
 
 def _axes_dim(axes_dim: Any, head_dim: int) -> list[int]:

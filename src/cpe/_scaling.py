@@ -367,11 +367,32 @@ def _key(inputs: Any) -> bytes | None:
     object hashed by identity, such as a tensor, may change in place): such
     inputs are read, and checked, on every call. (marshal's version 2 writes
     each value's type and bits, and no references to earlier objects, so equal
-    images give equal bytes.)"""
+    bytes are equal images; an equal mapping in another order is another key,
+    made again.)"""
     try:
-        return marshal.dumps(_frozen(inputs), 2)
+        # Values of exact built-in types are their own image; others, such as
+        # NumPy scalars and arrays, which marshal would write as bare bytes, are
+        # put in words by _frozen. The two never meet: a plain image is the
+        # caller's tuple, a frozen one the pair ("sequence", ...).
+        return marshal.dumps(inputs if _plain(inputs) else _frozen(inputs), 2)
     except (TypeError, RecursionError):
         return None
+
+
+_PLAIN_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only scalars of _PLAIN_SCALARS, in tuples and in
+    dicts keyed by str (what _private_copy makes of a usual config)."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is tuple:
+        return all(map(_plain, value))
+    if kind is dict:
+        return all(type(key) is str for key in value) and all(map(_plain, value.values()))
+    return False
 
 
 def _frozen(value: Any) -> Any:
