@@ -478,6 +478,14 @@ ROW_LOOP_REQUESTS = {
     ),
     "table, odd width": "cpe.positional_encoding_table(300, 1023, start=5)",
 }
+if importlib.util.find_spec("ml_dtypes") is not None:
+    # bfloat16 tables: float64 rows narrowed once on the way out (one copy each).
+    BF16 = "__import__('ml_dtypes').bfloat16"
+    ROW_LOOP_REQUESTS["bfloat16 tables"] = (
+        f"np.concatenate([cpe.positional_encoding_table(3001, 130, start=-1500, dtype={BF16}),"
+        f" *cpe.rope_cos_sin(np.arange(0, 10**6, 331), 66, dtype={BF16})], axis=None)"
+        ".view(np.uint16)"
+    )
 
 
 def test_every_copy_of_the_row_loop_gives_the_same_bits():

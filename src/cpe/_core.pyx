@@ -18,8 +18,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport NAN, fabs
-from libc.stdint cimport uint16_t, uint32_t
-from libc.string cimport memcpy
+from libc.stdint cimport uint16_t
 
 from cpe._args cimport (
     adopt_out,
@@ -761,25 +760,6 @@ cdef object _encode(result, dt, const double* positions, double start, Py_ssize_
     return result
 
 
-cdef void _bfloat16_bits(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil:
-    """Each finite ``x[i]`` rounded to the nearest bfloat16 (ties to even), once: first
-    to float32 rounding to odd (of the two neighbours, the one whose last bit is odd),
-    which keeps 16 bits beyond bfloat16's and so whether x was above, below or at a
-    halfway point; then to nearest even (Boldo and Melquiond, 2008). Casting through
-    float32 to nearest would round twice (1 + 2**-8 + 2**-30 would give 1)."""
-    cdef float f
-    cdef uint32_t bits
-    cdef Py_ssize_t i
-    for i in range(n):
-        f = <float>x[i]
-        memcpy(&bits, &f, 4)
-        # Truncated toward zero (infinity becomes the largest float), then the
-        # last bit set when inexact: branch-free, so that the loop vectorizes.
-        bits -= fabs(<double>f) > fabs(x[i])
-        bits |= <double>f != x[i]
-        out[i] = <uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
-
-
 cdef int _round_into(result, cnp.ndarray values) except -1:
     """``values`` (float64, C order, as many as ``result`` holds) rounded once into
     the checked float16 or bfloat16 array ``result``."""
@@ -791,10 +771,10 @@ cdef int _round_into(result, cnp.ndarray values) except -1:
     cdef const double* x = <const double*>cnp.PyArray_DATA(values)
     cdef uint16_t* bits = <uint16_t*>_address(array)
     if n < _NOGIL_VALUES:
-        _bfloat16_bits(x, bits, n)
+        _engine.narrow_bfloat16(x, bits, n)
     else:
         with nogil:
-            _bfloat16_bits(x, bits, n)
+            _engine.narrow_bfloat16(x, bits, n)
     return 0
 
 

@@ -6,6 +6,8 @@
 # several ranges of rows, each with scratch memory allocated before any part
 # starts (scratch_new), by fill_part, which cannot fail.
 
+from libc.stdint cimport uint16_t
+
 cdef extern from "cpe_fill.h":
     ctypedef struct cpe_levels:
         double* rows
@@ -166,3 +168,4 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
 cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
                      Py_ssize_t count) noexcept nogil
 cdef void apply_scratch_free(apply_scratch* s) noexcept nogil
+cdef void narrow_bfloat16(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil

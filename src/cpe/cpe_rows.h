@@ -638,6 +638,13 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
 #define CPE_STORE_cpe_f16(d) cpe_store_f16(d)
 #define CPE_STORE_cpe_bf16(d) cpe_store_bf16(d)
 
+/* out[i] = x[i] rounded once to bfloat16, i < n: the float64 rows of a
+ * bfloat16 table on their way out. */
+CPE_ALWAYS_INLINE void cpe_narrow_bf16_impl(const double *x, cpe_bf16 *out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = cpe_store_bf16(x[i]);
+}
+CPE_MULTIVERSION(cpe_narrow_bf16, (const double *x, cpe_bf16 *out, Py_ssize_t n), (x, out, n))
+
 /* ---- rotation: RoPE applied in place to a row of the caller's ----
  * Pair j, (a[j], b[j]) ("half": a is the row, b its second half) or
  * (x[2j], x[2j + 1]) ("interleaved"), for j < n, is rotated by the angle whose
