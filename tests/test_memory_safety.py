@@ -327,6 +327,19 @@ def test_a_float16_rope_table_reads_its_base_once():
     np.testing.assert_array_equal(sin, want_sin)
 
 
+def test_a_multimodal_rope_table_reads_its_base_once():
+    # Text (a count: one position on every axis, the one-axis table) and image ids.
+    mrope = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+    thw = np.array([[[0, 1, 2]], [[0, 4, 4]], [[0, 5, 6]]])
+    for n in (5, thw):
+        base = ChangingBase(10000.0, 500000.0, 2.0)
+        got = cpe.rope_cos_sin(n, 16, base=base, rope_parameters=mrope)
+        want = cpe.rope_cos_sin(n, 16, base=10000.0, rope_parameters=mrope)
+        for table, expected in zip(got, want, strict=True):
+            np.testing.assert_array_equal(table, expected)
+        assert base.reads == 1
+
+
 def test_a_float16_rope_table_rejected_late_leaves_out_untouched():
     # A base that is fine when first read and NaN later gives the table of its
     # first value.

@@ -339,7 +339,7 @@ class Rope:
         self._widths: list[int] | None = None
         self._used: Scheme | None = None
         self._again: tuple[Any, ...] | None = None  # a scheme made again at each call
-        self._applied: tuple[Any, ...] | None = None  # (see _apply.rope_axes)
+        self._applied: tuple[Any, ...] | None = None  # (see _core.rope_axes)
         self._tables: tuple[Any, ...] | None = None  # (see _table_axes)
         if axes_dim is not None:
             if not (rope_parameters is None and inv_freq is None and max_position_embeddings is None
@@ -429,27 +429,28 @@ class Rope:
         axes = None
         if math.prod(shape[:-1]):
             used.check_reach(lambda: _reach(positions, first, count))
-            axes = self._table_axes(used, b)
+            w = used.frequencies()
+            half = used.width // 2
+            axes = rope_axes([(None, used.width if w is None else w, 0, None, -1)], b,
+                             used.base_name, half, self._interleaved, half)  # fmt: skip
         rope_fill(cos, sin, output_dtype, positions, float(first), axes, self._interleaved,
                   used.attention_factor, threads, name)  # fmt: skip
         return (cos, sin) if out is None else written(out)
 
-    def _table_axes(self, used: Scheme | None, base: float | None = None) -> tuple[Any, ...]:
-        """The axes of the tables (see rope_fill) of the scheme ``used`` (None:
-        axial), kept while the scheme is; ``base``: a one-axis scheme's, checked."""
+    def _table_axes(self, used: Scheme | None) -> tuple[Any, ...]:
+        """The axes of the tables of several axes (see rope_fill): of the
+        multimodal scheme ``used``, or (None) axial; kept while the scheme is,
+        as the axes of its rotations are (a one-axis table finds its encoding at
+        once)."""
         if self._tables is not None:
             return self._tables
-        interleaved, base_name = self._interleaved, "base"
+        interleaved, base = self._interleaved, None
         axes: list[Axis]
         if used is None:
             assert self._widths is not None
             half, base = self.head_dim // 2, self._base
             offsets = np.cumsum([0, *self._widths]).tolist()
             axes = [((..., i), width, offsets[i], None, -1) for i, width in enumerate(self._widths)]
-        elif used.sections is None:
-            half, base_name = used.width // 2, used.base_name
-            w = used.frequencies()
-            axes = [(None, used.width if w is None else w, 0, None, -1)]
         else:  # each section's frequencies, one encoding, into their columns
             half = used.width // 2
             frequencies = used.double_doubles()
@@ -457,7 +458,7 @@ class Rope:
                      2 * section.first if interleaved else section.first, section.offsets,
                      -1 if interleaved else half)
                     for section in used.axis_sections]  # fmt: skip
-        tables = rope_axes(axes, base, base_name, half, interleaved, half)
+        tables = rope_axes(axes, base, "base", half, interleaved, half)
         if self._again is None:
             self._tables = tables
         return tables

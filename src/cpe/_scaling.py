@@ -370,11 +370,10 @@ def _key(inputs: Any) -> bytes | None:
     bytes are equal images; an equal mapping in another order is another key,
     made again.)"""
     try:
-        # Values of exact built-in types are their own image; others, such as
-        # NumPy scalars and arrays, which marshal would write as bare bytes, are
-        # put in words by _frozen. The two never meet: a plain image is the
-        # caller's tuple, a frozen one the pair ("sequence", ...).
-        return marshal.dumps(inputs if _plain(inputs) else _frozen(inputs), 2)
+        # Values of exact built-in types are their own image, tagged "plain";
+        # others, such as NumPy scalars and arrays, which marshal would write as
+        # bare bytes, are put in words by _frozen.
+        return marshal.dumps(("plain", inputs) if _plain(inputs) else _frozen(inputs), 2)
     except (TypeError, RecursionError):
         return None
 
