@@ -479,12 +479,16 @@ ROW_LOOP_REQUESTS = {
     "table, odd width": "cpe.positional_encoding_table(300, 1023, start=5)",
 }
 if importlib.util.find_spec("ml_dtypes") is not None:
-    # bfloat16 tables: float64 rows narrowed once on the way out (one copy each).
+    # bfloat16 tables: float64 rows narrowed once on the way out (one copy each),
+    # with attention factors that take RoPE's values to bfloat16's largest
+    # finite values and among its subnormals.
     BF16 = "__import__('ml_dtypes').bfloat16"
+    YARN = "'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 4096"
     ROW_LOOP_REQUESTS["bfloat16 tables"] = (
         f"np.concatenate([cpe.positional_encoding_table(3001, 130, start=-1500, dtype={BF16}),"
-        f" *cpe.rope_cos_sin(np.arange(0, 10**6, 331), 66, dtype={BF16})], axis=None)"
-        ".view(np.uint16)"
+        f" *[t for a in (1.0, 3.3e38, 1e-39, 3e-41) for t in cpe.rope_cos_sin("
+        f"np.arange(0, 10**6, 331), 66, rope_parameters={{{YARN}, 'attention_factor': a}},"
+        f" dtype={BF16})]], axis=None).view(np.uint16)"
     )
 
 
@@ -503,16 +507,19 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
     assert here == widest
 
 
-def sixteen_bit_requests() -> dict[str, str]:
-    """Every float16 and bfloat16 bit pattern (NaNs, infinities and subnormals
-    among them) rotated in both layouts and added to, in rows of 13 pairs: the
-    16-bit kernels' vector loops (8 pairs at a time) and their scalar ends."""
-    dtypes = ["np.float16"]
+def narrow_requests() -> dict[str, str]:
+    """Every float16 and bfloat16 bit pattern, and float32 patterns spread over
+    all of them (NaNs, infinities and subnormals among them), rotated in both
+    layouts and added to, in rows of 13 pairs: the narrow kernels' vector loops
+    (8 or 4 pairs at a time) and their scalar ends."""
+    every_float32 = "(np.arange(2521 * 26, dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)"
+    patterns = {"np.float32": every_float32, "np.float16": "(np.arange(2521 * 26) % 65536)"}
     if importlib.util.find_spec("ml_dtypes") is not None:
-        dtypes.append("__import__('ml_dtypes').bfloat16")
+        patterns["__import__('ml_dtypes').bfloat16"] = patterns["np.float16"]
     requests = {}
-    for dtype in dtypes:
-        x = f"(np.arange(2521 * 26) % 65536).astype(np.uint16).view({dtype}).reshape(2521, 26)"
+    for dtype, bits in patterns.items():
+        width = "np.uint32" if dtype == "np.float32" else "np.uint16"
+        x = f"{bits}.astype({width}).view({dtype}).reshape(2521, 26)"
         calls = [f"cpe.apply_rope({x}, start=99991, layout={layout!r})"
                  for layout in ("half", "interleaved")]  # fmt: skip
         calls.append(f"cpe.add_positional_encoding({x}, start=7, x_scale=0.75)")
@@ -523,7 +530,7 @@ def sixteen_bit_requests() -> dict[str, str]:
             # pattern, such as the smallest normal float, whose rounding to odd
             # must not make a subnormal that would be flushed.
             ftz = "__import__('torch').set_flush_denormal(True)"
-            every = f"np.arange(65536, dtype=np.uint16).view({dtype})"
+            every = f"{bits}[:65536].astype({width}).view({dtype})"
             x0 = f"(lambda p: np.stack([p, np.roll(p, 1)])[:, None, :])({every})"
             calls.append(f"({ftz}, cpe.add_positional_encoding({x0}, x_scale=1 - 2**-30))[1]")
         for call in calls:
@@ -532,8 +539,8 @@ def sixteen_bit_requests() -> dict[str, str]:
     return requests
 
 
-def test_every_copy_of_the_16_bit_kernels_gives_the_same_bits():
-    requests = sixteen_bit_requests()
+def test_every_copy_of_the_narrow_kernels_gives_the_same_bits():
+    requests = narrow_requests()
     *widest, _ = subprocess_digests(requests, ())
     *avx2, _ = subprocess_digests(requests, ("CPE_DISABLE_AVX512",))
     *portable, _ = subprocess_digests(requests, ("CPE_DISABLE_SIMD",))

@@ -677,15 +677,17 @@ CPE_MULTIVERSION(cpe_narrow_bf16, (const double *x, cpe_bf16 *out, Py_ssize_t n)
     MULTIVERSION(cpe_rotate_interleaved_##T,                                    \
                  (T * a, T * b, const double *c, const double *s, Py_ssize_t n),  \
                  (a, b, c, s, n))
-/* ---- the SIMD copies of the 16-bit floats' loops ----
- * GCC vectorizes the conversions above poorly (at 256 bits at most, with the
- * rounding to odd spelled out); these copies convert a vector at a time with
- * the same roundings by the same floating-point operations (so that they agree
- * under flush-to-zero too), so every value's bits are those of the scalar
- * functions: a float rounded to odd (rounded to nearest, then stepped toward
- * zero when that went beyond, its last bit set when inexact), then to nearest
- * even on the float's bits (bfloat16) or by vcvtps2ph (float16). (A NaN's
- * payload aside: which NaN an operation passes on may differ between copies.)
+/* ---- the SIMD copies of the narrow floats' loops (float, float16, bfloat16) ----
+ * GCC vectorizes the conversions above poorly (at 256 bits at most for the
+ * 16-bit floats, with the rounding to odd spelled out; each float vector loaded
+ * twice); these copies convert a vector at a time with the same roundings by
+ * the same floating-point operations (so that they agree under flush-to-zero
+ * too), so every value's bits are those of the scalar functions: a float
+ * rounded to nearest (float), or rounded to odd (rounded to nearest, then
+ * stepped toward zero when that went beyond, its last bit set when inexact),
+ * then to nearest even on the float's bits (bfloat16) or by vcvtps2ph
+ * (float16). (A NaN's payload aside: which NaN an operation passes on may
+ * differ between copies.)
  * One loop per job, written once over the vector type (GCC's and Clang's vector
  * arithmetic), with per-instruction-set helpers:
  * load/store (a vector of doubles from or to T), loadu (doubles), pairs (the
@@ -746,6 +748,12 @@ CPE_AVX512_TARGET static inline __m512d cpe_swap_avx512(__m512d v) {
 CPE_AVX512_TARGET static inline __m512d cpe_signs_avx512(void) {
     return _mm512_setr_pd(-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0);
 }
+CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_float(const float *p) {
+    return _mm512_cvtps_pd(_mm256_loadu_ps(p));
+}
+CPE_AVX512_TARGET static inline void cpe_store_avx512_float(float *p, __m512d d) {
+    _mm256_storeu_ps(p, _mm512_cvtpd_ps(d));
+}
 CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_bf16(const cpe_bf16 *p) {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
@@ -776,6 +784,12 @@ CPE_TARGET_avx2 static inline __m256d cpe_swap_avx2(__m256d v) {
 CPE_TARGET_avx2 static inline __m256d cpe_signs_avx2(void) {
     return _mm256_setr_pd(-1.0, 1.0, -1.0, 1.0);
 }
+CPE_TARGET_avx2 static inline __m256d cpe_load_avx2_float(const float *p) {
+    return _mm256_cvtps_pd(_mm_loadu_ps(p));
+}
+CPE_TARGET_avx2 static inline void cpe_store_avx2_float(float *p, __m256d d) {
+    _mm_storeu_ps(p, _mm256_cvtpd_ps(d));
+}
 CPE_TARGET_avx2 static inline __m256d cpe_load_avx2_cpe_bf16(const cpe_bf16 *p) {
     __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
     return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(w, 16)));
@@ -795,7 +809,7 @@ CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_f16(cpe_f16 *p, __m256d d)
 }
 
 /* The loops, for T and an instruction set whose vectors V hold L doubles. */
-#define CPE_KERNELS_16_SIMD(T, isa, V, L)                                         \
+#define CPE_NARROW_KERNELS_SIMD(T, isa, V, L)                                         \
     CPE_TARGET_##isa static void cpe_rotate_half_##T##_##isa(                     \
         T *a, T *b, const double *c, const double *s, Py_ssize_t n) {             \
         Py_ssize_t j = 0;                                                         \
@@ -830,22 +844,24 @@ CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_f16(cpe_f16 *p, __m256d d)
                                              + cpe_loadu_##isa(e + j));           \
         for (; j < n; j++) x[j] = CPE_STORE_##T(CPE_LOAD_##T(x[j]) * x_scale + e[j]); \
     }
-CPE_KERNELS_16_SIMD(cpe_f16, avx512, __m512d, 8)
-CPE_KERNELS_16_SIMD(cpe_bf16, avx512, __m512d, 8)
-CPE_KERNELS_16_SIMD(cpe_f16, avx2, __m256d, 4)
-CPE_KERNELS_16_SIMD(cpe_bf16, avx2, __m256d, 4)
+CPE_NARROW_KERNELS_SIMD(float, avx512, __m512d, 8)
+CPE_NARROW_KERNELS_SIMD(cpe_f16, avx512, __m512d, 8)
+CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx512, __m512d, 8)
+CPE_NARROW_KERNELS_SIMD(float, avx2, __m256d, 4)
+CPE_NARROW_KERNELS_SIMD(cpe_f16, avx2, __m256d, 4)
+CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx2, __m256d, 4)
 /* Both SIMD copies written above: the portable one and the dispatcher. */
-#define CPE_MULTIVERSION_16(name, params, args)              \
+#define CPE_MULTIVERSION_NARROW(name, params, args)          \
     static void name##_portable params { name##_impl args; } \
     static void name params { CPE_DISPATCH(, name, args) }
 #else
-#define CPE_MULTIVERSION_16 CPE_MULTIVERSION
+#define CPE_MULTIVERSION_NARROW CPE_MULTIVERSION
 #endif
 
 CPE_ROTATE_KERNELS(double, CPE_MULTIVERSION)
-CPE_ROTATE_KERNELS(float, CPE_MULTIVERSION)
-CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_16)
-CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_16)
+CPE_ROTATE_KERNELS(float, CPE_MULTIVERSION_NARROW)
+CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_NARROW)
+CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
 
 /* ---- addition: an encoding added to a row of the caller's ----
  * x[j] * x_scale + e[j] for j < n, in double, rounded once to T (x_scale 1
@@ -860,9 +876,9 @@ CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_16)
     MULTIVERSION(cpe_add_row_##T, (T * x, const double *e, double x_scale, Py_ssize_t n), \
                  (x, e, x_scale, n))
 CPE_ADD_KERNELS(double, CPE_MULTIVERSION)
-CPE_ADD_KERNELS(float, CPE_MULTIVERSION)
-CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_16)
-CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_16)
+CPE_ADD_KERNELS(float, CPE_MULTIVERSION_NARROW)
+CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_NARROW)
+CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
