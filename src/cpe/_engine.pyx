@@ -1280,8 +1280,12 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
 # caller's memory is read and written once, and every value is the one
 # rope_cos_sin (or positional_encoding) gives.
 
-# The bytes of a block's table.
+# The bytes of a block's table: a rotation's (a position's row is both of its
+# tables, 2 * n_freq values), and an addition's, half of that: each row of an
+# added encoding is a whole row of x's (D values), read once per head (batch
+# entry) in turn, and the rows it is added to share the first-level cache with it.
 cdef Py_ssize_t _BLOCK_BYTES = 32 * 1024
+cdef Py_ssize_t _ADD_BLOCK_BYTES = 16 * 1024
 
 
 cdef inline fill_request _block(const apply_request* a, const apply_scratch* s) noexcept nogil:
@@ -1341,7 +1345,8 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
     s.fill.n_axes = 0
     s.fill.owned = NULL
     s.fill.sink.owned = NULL
-    s.rows = min(count, min(64, max(1, _BLOCK_BYTES // (8 * max(row, 1)))))
+    cdef Py_ssize_t block_bytes = _ADD_BLOCK_BYTES if a.add else _BLOCK_BYTES
+    s.rows = min(count, min(64, max(1, block_bytes // (8 * max(row, 1)))))
     if count == 0 or row == 0:
         return CPE_OK
     s.owned = <double*>malloc(sizeof(double) * (s.rows * row + 8))
