@@ -478,18 +478,25 @@ ROW_LOOP_REQUESTS = {
     ),
     "table, odd width": "cpe.positional_encoding_table(300, 1023, start=5)",
 }
-if importlib.util.find_spec("ml_dtypes") is not None:
-    # bfloat16 tables: float64 rows narrowed once on the way out (one copy each),
-    # with attention factors that take RoPE's values to bfloat16's largest
-    # finite values and among its subnormals.
-    BF16 = "__import__('ml_dtypes').bfloat16"
-    YARN = "'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 4096"
-    ROW_LOOP_REQUESTS["bfloat16 tables"] = (
-        f"np.concatenate([cpe.positional_encoding_table(3001, 130, start=-1500, dtype={BF16}),"
-        f" *[t for a in (1.0, 3.3e38, 1e-39, 3e-41) for t in cpe.rope_cos_sin("
-        f"np.arange(0, 10**6, 331), 66, rope_parameters={{{YARN}, 'attention_factor': a}},"
-        f" dtype={BF16})]], axis=None).view(np.uint16)"
+
+
+def sixteen_bit_tables(dtype: str) -> str:
+    """Tables of ``dtype``: float64 rows narrowed once on the way out, with
+    attention factors that take RoPE's values to the dtype's largest finite
+    values and among its subnormals."""
+    yarn = "'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 4096"
+    return (
+        f"np.concatenate([cpe.positional_encoding_table(3001, 130, start=-1500, dtype={dtype}),"
+        f" *[t for a in (1.0, 0.98 * float(np.finfo({dtype}).max), 1e-39, 3e-41, 1e-6, 3e-8)"
+        f" for t in cpe.rope_cos_sin(np.arange(0, 10**6, 331), 66,"
+        f" rope_parameters={{{yarn}, 'attention_factor': a}}, dtype={dtype})]],"
+        " axis=None).view(np.uint16)"
     )
+
+
+ROW_LOOP_REQUESTS["float16 tables"] = sixteen_bit_tables("np.float16")
+if importlib.util.find_spec("ml_dtypes") is not None:
+    ROW_LOOP_REQUESTS["bfloat16 tables"] = sixteen_bit_tables("__import__('ml_dtypes').bfloat16")
 
 
 def test_every_copy_of_the_row_loop_gives_the_same_bits():

@@ -422,3 +422,25 @@ def test_the_same_request_gives_the_same_bits_whatever_the_cache_holds():
         timeout=120,
     ).stdout.split()
     assert here == fresh
+
+
+def test_float16_tables_are_the_float64_ones_rounded_once():
+    # NumPy rounds double to half once: an independent reference for the engine's
+    # narrowing, in the vector loops and their ends, near float16's largest values
+    # and among its subnormals (RoPE's attention factor scales the values).
+    def yarn(factor):
+        return {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096,
+                "attention_factor": factor}  # fmt: skip
+
+    def rope(factor):
+        return lambda dt: cpe.rope_cos_sin(
+            np.arange(0, 10**6, 331), 66, rope_parameters=yarn(factor), dtype=dt
+        )
+
+    tables = [lambda dt: [cpe.positional_encoding_table(3001, 130, start=-1500, dtype=dt)]]
+    tables += [rope(factor) for factor in (1.0, 64000.0, 1e-6, 3e-8)]
+    for make in tables:
+        for got, wide in zip(make(np.float16), make(np.float64), strict=True):
+            np.testing.assert_array_equal(
+                got.view(np.uint16), wide.astype(np.float16).view(np.uint16)
+            )

@@ -22,7 +22,6 @@ from libc.stdint cimport uint16_t
 
 from cpe._args cimport (
     adopt_out,
-    array_shape,
     as_choice,
     as_count,
     as_dtype,
@@ -765,16 +764,14 @@ cdef int _round_into(result, cnp.ndarray values) except -1:
     the checked float16 or bfloat16 array ``result``."""
     cdef cnp.ndarray array = <cnp.ndarray>result
     cdef Py_ssize_t n = cnp.PyArray_SIZE(array)
-    if cnp.PyArray_TYPE(array) == cnp.NPY_FLOAT16:  # NumPy rounds double to half once
-        np.asarray(array)[...] = values.reshape(array_shape(array))  # a subclass's indexing aside
-        return 0
+    cdef bint bfloat16 = cnp.PyArray_TYPE(array) != cnp.NPY_FLOAT16
     cdef const double* x = <const double*>cnp.PyArray_DATA(values)
     cdef uint16_t* bits = <uint16_t*>_address(array)
     if n < _NOGIL_VALUES:
-        _engine.narrow_bfloat16(x, bits, n)
+        _engine.narrow(x, bits, n, bfloat16)
     else:
         with nogil:
-            _engine.narrow_bfloat16(x, bits, n)
+            _engine.narrow(x, bits, n, bfloat16)
     return 0
 
 

@@ -168,4 +168,4 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
 cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
                      Py_ssize_t count) noexcept nogil
 cdef void apply_scratch_free(apply_scratch* s) noexcept nogil
-cdef void narrow_bfloat16(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil
+cdef void narrow(const double* x, uint16_t* out, Py_ssize_t n, bint bfloat16) noexcept nogil

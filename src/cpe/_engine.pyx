@@ -102,7 +102,8 @@ cdef extern from "cpe_rows.h":
     void cpe_add_row_float(float*, const double*, double, Py_ssize_t) noexcept nogil
     void cpe_add_row_cpe_f16(cpe_f16*, const double*, double, Py_ssize_t) noexcept nogil
     void cpe_add_row_cpe_bf16(cpe_bf16*, const double*, double, Py_ssize_t) noexcept nogil
-    void cpe_narrow_bf16(const double*, cpe_bf16*, Py_ssize_t) noexcept nogil
+    void cpe_narrow_cpe_f16(const double*, cpe_f16*, Py_ssize_t) noexcept nogil
+    void cpe_narrow_cpe_bf16(const double*, cpe_bf16*, Py_ssize_t) noexcept nogil
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
@@ -1360,10 +1361,14 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
     return status
 
 
-cdef void narrow_bfloat16(const double* x, uint16_t* out, Py_ssize_t n) noexcept nogil:
-    """Each ``x[i]``, ``i < n``, rounded once to the nearest bfloat16 (the bits of
-    the rotations' and additions' bfloat16 stores, see cpe_store_bf16)."""
-    cpe_narrow_bf16(x, <cpe_bf16*>out, n)
+cdef void narrow(const double* x, uint16_t* out, Py_ssize_t n, bint bfloat16) noexcept nogil:
+    """Each ``x[i]``, ``i < n``, rounded once to the nearest bfloat16 or float16
+    (the bits of the rotations' and additions' stores, see cpe_store_bf16 and
+    cpe_store_f16)."""
+    if bfloat16:
+        cpe_narrow_cpe_bf16(x, <cpe_bf16*>out, n)
+    else:
+        cpe_narrow_cpe_f16(x, <cpe_f16*>out, n)
 
 
 cdef void apply_scratch_free(apply_scratch* s) noexcept nogil:

@@ -638,13 +638,6 @@ CPE_ALWAYS_INLINE cpe_f16 cpe_store_f16(double d) {
 #define CPE_STORE_cpe_f16(d) cpe_store_f16(d)
 #define CPE_STORE_cpe_bf16(d) cpe_store_bf16(d)
 
-/* out[i] = x[i] rounded once to bfloat16, i < n: the float64 rows of a
- * bfloat16 table on their way out. */
-CPE_ALWAYS_INLINE void cpe_narrow_bf16_impl(const double *x, cpe_bf16 *out, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) out[i] = cpe_store_bf16(x[i]);
-}
-CPE_MULTIVERSION(cpe_narrow_bf16, (const double *x, cpe_bf16 *out, Py_ssize_t n), (x, out, n))
-
 /* ---- rotation: RoPE applied in place to a row of the caller's ----
  * Pair j, (a[j], b[j]) ("half": a is the row, b its second half) or
  * (x[2j], x[2j + 1]) ("interleaved"), for j < n, is rotated by the angle whose
@@ -850,6 +843,17 @@ CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx512, __m512d, 8)
 CPE_NARROW_KERNELS_SIMD(float, avx2, __m256d, 4)
 CPE_NARROW_KERNELS_SIMD(cpe_f16, avx2, __m256d, 4)
 CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx2, __m256d, 4)
+/* The narrowing of a 16-bit table's rows (see below), a vector at a time. */
+#define CPE_TABLE_NARROW_SIMD(T, isa, L)                                                  \
+    CPE_TARGET_##isa static void cpe_narrow_##T##_##isa(const double *x, T *out, Py_ssize_t n) { \
+        Py_ssize_t j = 0;                                                                  \
+        for (; j + L <= n; j += L) cpe_store_##isa##_##T(out + j, cpe_loadu_##isa(x + j));  \
+        for (; j < n; j++) out[j] = CPE_STORE_##T(x[j]);                                   \
+    }
+CPE_TABLE_NARROW_SIMD(cpe_f16, avx512, 8)
+CPE_TABLE_NARROW_SIMD(cpe_bf16, avx512, 8)
+CPE_TABLE_NARROW_SIMD(cpe_f16, avx2, 4)
+CPE_TABLE_NARROW_SIMD(cpe_bf16, avx2, 4)
 /* Both SIMD copies written above: the portable one and the dispatcher. */
 #define CPE_MULTIVERSION_NARROW(name, params, args)          \
     static void name##_portable params { name##_impl args; } \
@@ -879,6 +883,18 @@ CPE_ADD_KERNELS(double, CPE_MULTIVERSION)
 CPE_ADD_KERNELS(float, CPE_MULTIVERSION_NARROW)
 CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_NARROW)
 CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
+
+/* ---- narrowing: the float64 rows of a 16-bit table on their way out ----
+ * out[j] = x[j] rounded once to T, j < n, by the rotations' and additions'
+ * stores. */
+#define CPE_TABLE_NARROW(T, MULTIVERSION)                                        \
+    CPE_ALWAYS_INLINE void cpe_narrow_##T##_impl(const double *CPE_RESTRICT x,   \
+                                                 T *CPE_RESTRICT out, Py_ssize_t n) { \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = CPE_STORE_##T(x[j]);        \
+    }                                                                            \
+    MULTIVERSION(cpe_narrow_##T, (const double *x, T *out, Py_ssize_t n), (x, out, n))
+CPE_TABLE_NARROW(cpe_f16, CPE_MULTIVERSION_NARROW)
+CPE_TABLE_NARROW(cpe_bf16, CPE_MULTIVERSION_NARROW)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
