@@ -340,6 +340,34 @@ def test_a_multimodal_rope_table_reads_its_base_once():
         assert base.reads == 1
 
 
+class CountedExport:
+    """A CPU array that shares its memory through DLPack, counting the exports."""
+
+    def __init__(self, array):
+        self.array, self.exports = array, 0
+
+    def __dlpack__(self, **kwargs):
+        self.exports += 1
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("call", ["apply_rope", "add_positional_encoding"])
+def test_an_array_changed_in_place_is_shared_once(call):
+    # x and out=x are one argument: its memory is adopted once, then checked as an
+    # output too (an exporter may hand out other memory at each export).
+    x = np.random.default_rng(5).standard_normal((3, 5, 8))
+    want = getattr(cpe, call)(x, start=4)
+    if np.from_dlpack(CountedExport(x)).flags.writeable is False:
+        pytest.skip(f"NumPy {np.__version__} shares DLPack memory read-only")
+    shared = CountedExport(x)
+    assert getattr(cpe, call)(shared, start=4, out=shared) is shared
+    assert shared.exports == 1
+    np.testing.assert_array_equal(x, want)
+
+
 def test_a_float16_rope_table_rejected_late_leaves_out_untouched():
     # A base that is fine when first read and NaN later gives the table of its
     # first value.

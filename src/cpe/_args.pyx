@@ -523,42 +523,69 @@ cdef object _shared_array(out, str name, bint write=True):
     Not ``write``: an input, read (detached from autograd)."""
     if not hasattr(out, "__dlpack__"):
         return _buffer_array(out, name)
-    if write and _inference_outside(out):
-        raise TypeError(f"{name} is an inference tensor: outside torch.inference_mode() torch "
-                        "allows no in-place update of it, and neither does cpe")
+    if write:
+        _tensor_writable(out, name)
     if getattr(out, "requires_grad", False) is True:
-        if write and _grad_enabled():
-            raise TypeError(f"{name} must not require grad: cpe would write into it behind "
-                            "autograd (with gradients off, under torch.no_grad(), it may)")
         if not callable(getattr(out, "detach", None)):
             raise TypeError(f"{name} requires grad but cannot be detached from autograd")
         out = out.detach()
     for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
-        if callable(getattr(out, lazy, None)) and getattr(out, lazy)():
+        resolved = getattr(out, lazy, None)
+        if callable(resolved) and resolved():
             raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
                             "first (resolve_neg(), resolve_conj() or clone())")
     bfloat16 = str(getattr(out, "dtype", None)) == "torch.bfloat16" and "torch" in sys.modules
     if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
         out = out.view(sys.modules["torch"].int16)
-    try:
-        shared = np.from_dlpack(out)
-    except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
-        raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
-                        f"DLPack, got {type(out).__name__} ({exc})") from None
+    shared = _exported(out, name)
     pointer = getattr(out, "data_ptr", None)
     if (callable(pointer) and cnp.PyArray_SIZE(<cnp.ndarray>shared) != 0
             and pointer() != <size_t>cnp.PyArray_DATA(<cnp.ndarray>shared)):
         raise TypeError(f"{name}'s DLPack export is not its own memory (its data_ptr() is not "
                         "where the exported array starts): cpe would read or write elsewhere")
-    if not shared.flags.writeable and write:
-        if _DLPACK_READ_ONLY:
-            raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
-                            "DLPack array read-only (NumPy 2.2 and newer share writable "
-                            "ones writable); pass a numpy.ndarray of it instead")
-        raise TypeError(f"{name} must be writeable, but NumPy shares the memory of this "
-                        f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
-                        "unversioned DLPack, as older torch exports, cannot say it may be)")
+    if write:
+        _shared_writeable(shared, out, name)
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
+
+
+cdef object _exported(out, str name):
+    """The memory of a DLPack exporter as a NumPy array. A plain torch.Tensor
+    shares it through its own numpy(), the same memory and strides without the
+    round trip through a DLPack capsule (the fixed cost of a decoding step)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and type(out) is torch.Tensor:
+            return out.numpy()
+        return np.from_dlpack(out)
+    except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
+        raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
+                        f"DLPack, got {type(out).__name__} ({exc})") from None
+
+
+cdef int _tensor_writable(out, str name) except -1:
+    """Refuse to write into a torch tensor where torch itself would refuse an
+    in-place operation: an inference tensor outside inference mode, or one that
+    requires grad while autograd records."""
+    if _inference_outside(out):
+        raise TypeError(f"{name} is an inference tensor: outside torch.inference_mode() torch "
+                        "allows no in-place update of it, and neither does cpe")
+    if getattr(out, "requires_grad", False) is True and _grad_enabled():
+        raise TypeError(f"{name} must not require grad: cpe would write into it behind "
+                        "autograd (with gradients off, under torch.no_grad(), it may)")
+    return 0
+
+
+cdef int _shared_writeable(shared, out, str name) except -1:
+    """Refuse an output whose memory NumPy shares read-only."""
+    if shared.flags.writeable:
+        return 0
+    if _DLPACK_READ_ONLY:
+        raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
+                        "DLPack array read-only (NumPy 2.2 and newer share writable "
+                        "ones writable); pass a numpy.ndarray of it instead")
+    raise TypeError(f"{name} must be writeable, but NumPy shares the memory of this "
+                    f"{type(out).__name__} read-only (JAX arrays cannot be changed; "
+                    "unversioned DLPack, as older torch exports, cannot say it may be)")
 
 
 cdef bint _inference_outside(out) except -1:
@@ -609,10 +636,19 @@ cpdef object as_rows(value, str name, bint write):
     float32, float16 or bfloat16 and at least one dimension. ``write``: an output,
     writeable, no two of its elements in the same memory. An input whose rows are
     not contiguous is copied."""
+    return _rows(_adopted(value, name, write), name, write)
+
+
+cdef object _adopted(value, str name, bint write):
+    """``value`` as a NumPy array of its memory (see as_rows), unchecked."""
     if type(value) is not np.ndarray and isinstance(value, np.ma.MaskedArray):
         raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
                         "(pass its data, or fill the masked values first)")
-    array = value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
+    return value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
+
+
+cdef object _rows(array, str name, bint write):
+    """An adopted array checked (see as_rows)."""
     cdef cnp.ndarray checked = array
     cdef int type_num = cnp.PyArray_TYPE(checked)
     if not cnp.PyArray_ISNOTSWAPPED(checked) or not (
@@ -665,8 +701,11 @@ cpdef tuple as_row_arrays(x, out, bint even):
     if not items:
         raise ValueError("x must be an array or a non-empty tuple of arrays")
     cdef Py_ssize_t count = len(items), i, j
-    cdef list arrays = [as_rows(items[i], "x" if single else f"x[{i}]", False)
-                        for i in range(count)]
+    cdef list adopted = [], arrays = []
+    for i in range(count):
+        name = "x" if single else f"x[{i}]"
+        adopted.append(_adopted(items[i], name, False))
+        arrays.append(_rows(adopted[i], name, False))
     cdef cnp.ndarray array, result
     array = arrays[0]
     cdef Py_ssize_t width = cnp.PyArray_DIM(array, cnp.PyArray_NDIM(array) - 1)
@@ -692,7 +731,13 @@ cpdef tuple as_row_arrays(x, out, bint even):
     cdef list outs = []
     for i in range(count):
         name = "out" if single else f"out[{i}]"
-        result = as_rows(given[i], name, True)
+        if given[i] is items[i]:  # x itself, in place: its memory adopted once
+            if not isinstance(items[i], np.ndarray) and hasattr(items[i], "__dlpack__"):
+                _tensor_writable(items[i], name)
+                _shared_writeable(adopted[i], items[i], name)
+            result = _rows(adopted[i], name, True)
+        else:
+            result = as_rows(given[i], name, True)
         array = arrays[i]
         if cnp.PyArray_TYPE(result) != cnp.PyArray_TYPE(array):  # (both checked: native)
             raise TypeError(f"{name} must have the dtype of x, {<object>cnp.PyArray_DESCR(array)}, "
@@ -773,12 +818,15 @@ cpdef object written(out):
     torch = sys.modules.get("torch")
     if torch is None:
         return out
+    bump = None
     for array in (out if type(out) is tuple else (out,)):
         if type(array) is not np.ndarray and isinstance(array, torch.Tensor):
-            bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
-                           "increment_version", None)
-            if bump is not None:
-                bump(array)
+            if bump is None:
+                bump = getattr(getattr(getattr(torch, "autograd", None), "graph", None),
+                               "increment_version", None)
+                if bump is None:
+                    return out
+            bump(array)
     return out
 
 

@@ -601,6 +601,7 @@ APPLY_LLAMA3 = {
 DECODE_POSITION = 100000
 CPE_NEW = "cpe, new arrays"
 CPE_FUNCTION = "cpe.apply_rope (the config read at each call)"
+CPE_TORCH = "cpe, the same torch tensors"
 CPE_BSHD = "cpe (batch, seq, heads) layout"
 CPE_LLAMA3 = "cpe llama3-scaled"
 CPE_PARTIAL = "cpe partial_rotary_factor=0.5"
@@ -823,6 +824,8 @@ def decode_group(rng: np.random.Generator) -> Group:
         cos, sin = cpe.rope_cos_sin(1, APPLY_HEAD_DIM, start=DECODE_POSITION, dtype=np.float32)
         names["tables"] = (torch.from_numpy(cos)[None], torch.from_numpy(sin)[None])
         competitors += [
+            # what a torch user runs: the rivals' own tensors, rotated in place
+            Competitor(CPE_TORCH, "cpe", "rope.apply(torch_qk, start=arg, out=torch_qk)"),
             Competitor(TRANSFORMERS_APPLY_ALONE, "rival", "hf_apply(*torch_qk, *tables)"),
             Competitor(TRANSFORMERS_MODEL, "rival", "model(*torch_qk, torch_ids(arg))"),
         ]
@@ -838,7 +841,11 @@ def decode_group(rng: np.random.Generator) -> Group:
         names=names,
         args=rng.integers(DECODE_POSITION - 1000, DECODE_POSITION + 1000, TABLE_STARTS).tolist(),
         competitors=competitors,
-        ratios=[*_rivals_over_cpe(competitors), Ratio(CPE_FUNCTION, CPE)],
+        ratios=[
+            *_rivals_over_cpe(competitors),
+            Ratio(TRANSFORMERS_APPLY_ALONE, CPE_TORCH),
+            Ratio(CPE_FUNCTION, CPE),
+        ],
     )
 
 
