@@ -406,3 +406,30 @@ def test_a_leading_axis_of_one_is_the_same_positions_on_every_axis():
     np.testing.assert_array_equal(
         cpe.apply_rope(x, ids, **params), cpe.apply_rope(x, start=100, **params)
     )
+
+
+def test_the_layouts_of_one_multi_axis_encoding_are_kept_apart():
+    # The axes of a multi-axis table are kept for every call of the same encoding:
+    # one layout's, made first, must not serve the other. Within each block of
+    # columns that rotates as one (the whole row; each axis of axes_dim), the
+    # interleaved columns 2m and 2m + 1 hold "half"'s columns m and m + width / 2.
+    # The bases are new to this process, so the first call makes its axes.
+    base = 1000.0 + np.random.default_rng().random()
+    mrope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": base}
+    ids = np.array([[[0, 1, 2, 9]], [[0, 4, 4, 9]], [[0, 5, 6, 9]]])
+    requests = {
+        (16,): lambda layout: cpe.rope_cos_sin(ids, 16, rope_parameters=mrope, layout=layout),
+        (4, 6, 6): lambda layout: cpe.rope_cos_sin(
+            ids[:, 0].T, 16, axes_dim=(4, 6, 6), base=base + 1, layout=layout
+        ),
+    }
+    for blocks, request in requests.items():
+        offsets = np.cumsum([0, *blocks[:-1]])
+        columns = [o + m + r * (w // 2) for o, w in zip(offsets, blocks, strict=True)
+                   for m in range(w // 2) for r in (0, 1)]  # fmt: skip
+        for first, second in (("half", "interleaved"), ("interleaved", "half")):
+            made = request(first)
+            kept = request(second)
+            half, interleaved = (made, kept) if first == "half" else (kept, made)
+            for h, i in zip(half, interleaved, strict=True):
+                np.testing.assert_array_equal(i, h[..., columns])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex, get_args, overload
@@ -35,7 +36,7 @@ from cpe._core import (
     rope_fill,
     rope_tables,
 )
-from cpe._scaling import Scheme, layer_parameters, scheme
+from cpe._scaling import _SCHEMES, Scheme, layer_parameters, scheme
 from cpe._typing import RopeLayout
 
 if TYPE_CHECKING:
@@ -444,21 +445,30 @@ class Rope:
         once)."""
         if self._tables is not None:
             return self._tables
-        interleaved, base = self._interleaved, None
-        axes: list[Axis]
+        interleaved = self._interleaved
+        layout = b"ti" if interleaved else b"th"
         if used is None:
             assert self._widths is not None
-            half, base = self.head_dim // 2, self._base
-            offsets = np.cumsum([0, *self._widths]).tolist()
-            axes = [((..., i), width, offsets[i], None, -1) for i, width in enumerate(self._widths)]
+            widths, base, half = self._widths, self._base, self.head_dim // 2
+            offsets = np.cumsum([0, *widths]).tolist()
+            tables = _kept_axes(
+                layout + b"a" + marshal.dumps((widths, base), 2),
+                lambda: rope_axes([((..., i), width, offsets[i], None, -1)
+                                   for i, width in enumerate(widths)],
+                                  base, "base", half, interleaved, half),
+            )  # fmt: skip
         else:  # each section's frequencies, one encoding, into their columns
-            half = used.width // 2
-            frequencies = used.double_doubles()
-            axes = [(section.axis, section.of(frequencies),
-                     2 * section.first if interleaved else section.first, section.offsets,
-                     -1 if interleaved else half)
-                    for section in used.axis_sections]  # fmt: skip
-        tables = rope_axes(axes, base, "base", half, interleaved, half)
+
+            def sections() -> tuple[Any, ...]:
+                half = used.width // 2
+                frequencies = used.double_doubles()
+                axes = [(section.axis, section.of(frequencies),
+                         2 * section.first if interleaved else section.first, section.offsets,
+                         -1 if interleaved else half)
+                        for section in used.axis_sections]  # fmt: skip
+                return rope_axes(axes, None, "base", half, interleaved, half)
+
+            tables = _kept_axes(None if used.key is None else layout + used.key, sections)
         if self._again is None:
             self._tables = tables
         return tables
@@ -559,12 +569,12 @@ class Rope:
             points, n, rows = points_of(given, leading, axis, 0, 1)
             if self._applied is None:
                 offsets = np.cumsum([0, *widths]).tolist()
-                self._applied = rope_axes(
-                    [((..., i), w, offsets[i] // 2, None, 0) for i, w in enumerate(widths)],
-                    self._base,
-                    "base",
-                    half,
-                )
+                base = self._base
+                self._applied = _kept_axes(
+                    b"ra" + marshal.dumps((widths, base), 2),
+                    lambda: rope_axes([((..., i), w, offsets[i] // 2, None, 0)
+                                       for i, w in enumerate(widths)], base, "base", half),
+                )  # fmt: skip
             plan = Plan(points, 0.0, n, rows, self._applied)
         else:
             count = None
@@ -605,18 +615,44 @@ class Rope:
         return rotate(plan, arrays, outs, single, out, self._interleaved, inverse, threads)
 
 
+def _held_bytes(axes: tuple[Any, ...]) -> int:
+    """The bytes of the arrays that what rope_axes returns holds: the axes'
+    frequencies and columns, their encodings' frequencies, the column map."""
+    axis_list, encodings, *_, columns = axes
+    arrays = [a for axis in axis_list for a in axis if isinstance(a, np.ndarray)]
+    arrays += [encoding.frequencies for encoding in encodings]
+    if columns is not None:
+        arrays.append(columns)
+    return sum(a.nbytes for a in arrays)
+
+
 def _applied_axes(used: Scheme) -> tuple[Any, ...]:
     """The axes of the angles of a scheme, for RoPE applied (see _apply.Plan)."""
-    if used.sections is None:
-        w = used.frequencies()
-        return rope_axes([(None, used.width if w is None else w, 0, None, 0)], used.base,
-                         used.base_name, used.width // 2)  # fmt: skip
-    frequencies = used.double_doubles()
-    axes = [  # each section's frequencies, from its first, at their columns
-        (section.axis, section.of(frequencies), section.first, section.offsets, 0)
-        for section in used.axis_sections
-    ]
-    return rope_axes(axes, None, used.base_name, used.width // 2)
+
+    def make() -> tuple[Any, ...]:
+        if used.sections is None:
+            w = used.frequencies()
+            return rope_axes([(None, used.width if w is None else w, 0, None, 0)], used.base,
+                             used.base_name, used.width // 2)  # fmt: skip
+        frequencies = used.double_doubles()
+        axes = [  # each section's frequencies, from its first, at their columns
+            (section.axis, section.of(frequencies), section.first, section.offsets, 0)
+            for section in used.axis_sections
+        ]
+        return rope_axes(axes, None, used.base_name, used.width // 2)
+
+    return _kept_axes(None if used.key is None else b"r" + used.key, make)
+
+
+def _kept_axes(key: bytes | None, make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """What ``make()`` returns (rope_axes' axes), kept in _SCHEMES under ``key``
+    beside its scheme (None: made at every call), for every Rope of the same
+    encoding: each call of the functions (rope_cos_sin, apply_rope) makes one."""
+    kept = _SCHEMES.get(key) if key is not None else None
+    if kept is not None:
+        return kept  # type: ignore[no-any-return]
+    axes = make()
+    return axes if key is None else _SCHEMES.keep(key, axes, _held_bytes(axes))
 
 
 def apply_rope(

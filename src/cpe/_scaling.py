@@ -81,8 +81,9 @@ class Scheme:
     # in runs or interleaved (see axis_sections); None for one axis.
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
-    # The bytes of what the frequencies are made from, under which (after b"w")
-    # they are kept in _SCHEMES; None: made on every call.
+    # The bytes of what the scheme is made from, under which it is kept in
+    # _SCHEMES, as are (after b"w") its frequencies and (after b"t") the axes of
+    # its multi-axis tables (see cpe._rope.Rope); None: made on every call.
     key: bytes | None = None
     # What scales the paper's frequencies (whose largest is 1) in make(), for the
     # errors of requests whose angles these frequencies take beyond 2**53.
@@ -293,8 +294,7 @@ def scheme(
     # A scheme that reads the request's length (dynamic, longrope) is made again
     # for every request: keeping one per length would evict the others.
     if key is not None and not asked:
-        if used.make is not None:
-            used = replace(used, key=key)
+        used = replace(used, key=key)
         _SCHEMES.keep(key, used, 0)
     return used
 
