@@ -200,13 +200,12 @@ def rotate(
 ) -> Any:
     """The arrays changed into ``outs`` (or new arrays) by the engine, in place when
     an output is its input; ``out`` returned as given."""
+    points, start, n, rows, axes, amplitude, x_scale = plan
     results = outs if outs is not None else [np.empty_like(a, order="C") for a in arrays]
-    targets = [(a, r, v) for a, r, v in zip(arrays, results, plan.rows, strict=True)]
-    name = "positions" if plan.points is not None else "start (and the sequence's length)"
-    apply_rows(
-        targets, plan.points, plan.start, plan.n, plan.axes, interleaved, bool(inverse),
-        plan.amplitude, plan.x_scale, workers, name,
-    )  # fmt: skip
+    targets = list(zip(arrays, results, rows, strict=True))
+    name = "positions" if points is not None else "start (and the sequence's length)"
+    apply_rows(targets, points, start, n, axes, interleaved, bool(inverse), amplitude, x_scale,
+               workers, name)  # fmt: skip
     if out is None:
         return results[0] if single else tuple(results)
     return written(out)
