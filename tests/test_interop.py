@@ -830,6 +830,31 @@ def test_an_inference_tensor_is_written_only_in_inference_mode(torch):
     with torch.inference_mode():
         assert cpe.positional_encoding_table(4, 8, out=tensor) is tensor
     np.testing.assert_array_equal(tensor.numpy(), cpe.positional_encoding_table(4, 8))
+    # Rotated or added to in place (x itself as out), the same.
+    for call in (cpe.apply_rope, cpe.add_positional_encoding):
+        with torch.inference_mode():
+            x = torch.full((3, 4, 8), 7.0, dtype=torch.float64)
+        with pytest.raises(TypeError, match="out is an inference tensor"):
+            call(x, out=x)
+        assert bool((x == 7.0).all())
+        with torch.inference_mode():
+            assert call(x, out=x) is x
+        np.testing.assert_array_equal(x.numpy(), call(np.full((3, 4, 8), 7.0)))
+
+
+def test_a_tensor_is_shared_through_dlpack_where_its_numpy_fails(torch, monkeypatch):
+    # torch built without NumPy (or too old for NumPy 2) cannot make a tensor's
+    # NumPy array, while DLPack still shares its memory.
+    x = torch.full((3, 4, 8), 7.0, dtype=torch.float64)
+    want = cpe.apply_rope(np.full((3, 4, 8), 7.0))
+
+    def unavailable(self, *args, **kwargs):
+        raise RuntimeError("Numpy is not available")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", unavailable)
+    np.testing.assert_array_equal(np.from_dlpack(cpe.apply_rope(x)), want)
+    assert cpe.apply_rope(x, out=x) is x
+    np.testing.assert_array_equal(np.from_dlpack(x), want)
 
 
 def test_a_parameter_is_written_with_gradients_off_as_torch_writes_it():

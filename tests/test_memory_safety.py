@@ -366,6 +366,15 @@ def test_an_array_changed_in_place_is_shared_once(call):
     assert getattr(cpe, call)(shared, start=4, out=shared) is shared
     assert shared.exports == 1
     np.testing.assert_array_equal(x, want)
+    # Memory shared read-only is read, but not written in place.
+    x.flags.writeable = False
+    before = x.copy()
+    np.testing.assert_array_equal(getattr(cpe, call)(CountedExport(x), start=4),
+                                  getattr(cpe, call)(before, start=4))  # fmt: skip
+    shared = CountedExport(x)
+    with pytest.raises(TypeError, match=r"^out.*(writeable|read-only)"):
+        getattr(cpe, call)(shared, start=4, out=shared)
+    np.testing.assert_array_equal(x, before)
 
 
 def test_a_float16_rope_table_rejected_late_leaves_out_untouched():

@@ -413,7 +413,9 @@ def test_the_layouts_of_one_multi_axis_encoding_are_kept_apart():
     # one layout's, made first, must not serve the other. Within each block of
     # columns that rotates as one (the whole row; each axis of axes_dim), the
     # interleaved columns 2m and 2m + 1 hold "half"'s columns m and m + width / 2.
-    # The bases are new to this process, so the first call makes its axes.
+    # The bases are new to this process, so the first call makes its axes. (Axial
+    # RoPE's axes differ by layout, and fail this when shared; sections in runs
+    # have the same axes in both, and are checked alongside.)
     base = 1000.0 + np.random.default_rng().random()
     mrope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": base}
     ids = np.array([[[0, 1, 2, 9]], [[0, 4, 4, 9]], [[0, 5, 6, 9]]])

@@ -551,11 +551,16 @@ cdef object _shared_array(out, str name, bint write=True):
 cdef object _exported(out, str name):
     """The memory of a DLPack exporter as a NumPy array. A plain torch.Tensor
     shares it through its own numpy(), the same memory and strides without the
-    round trip through a DLPack capsule (the fixed cost of a decoding step)."""
+    round trip through a DLPack capsule (the fixed cost of a decoding step);
+    where that fails (torch built without NumPy, another device...), through
+    DLPack, which then says why."""
     torch = sys.modules.get("torch")
-    try:
-        if torch is not None and type(out) is torch.Tensor:
+    if torch is not None and type(out) is torch.Tensor:
+        try:
             return out.numpy()
+        except Exception:
+            pass
+    try:
         return np.from_dlpack(out)
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "

@@ -585,9 +585,8 @@ class Rope:
             used = self._used
             if used is None or self._again is not None:
                 used = self._scheme(lambda: request_length(given, first, count))
-            if used.attention_factor != 1.0:
-                for array in arrays:
-                    _check_amplitude(used.attention_factor, array.dtype)
+            for array in arrays:
+                _check_amplitude(used.attention_factor, array.dtype)
             table: npt.NDArray[Any] | None = None  # (positions from start)
             if used.sections is None:
                 if given is None:

@@ -50,11 +50,13 @@ _ALIASES = {"mrope": "default"}
 # Double-doubles: a (2, n) float64 array of hi and lo rows.
 DD = npt.NDArray[np.float64]
 
-# The schemes read, by the bytes of their inputs (see _key), and their frequencies,
-# by b"w" and the same bytes: the same inputs give the same scheme and
-# frequencies, so a table does not pay again for reading a config and for the
-# frequencies' double-double arithmetic. An entry costs its key's bytes and its
-# frequencies' (cpe._core.Cache).
+# The schemes read, by the bytes of their inputs (see _key), their frequencies,
+# by b"w" and the same bytes, and the axes that cpe._rope resolves from them (see
+# _kept_axes there: b"th" or b"ti", a table's layout, or b"r", a rotation's;
+# axial RoPE's by its widths and base): the same inputs give the same scheme,
+# frequencies and axes, so a table does not pay again for reading a config, for
+# the frequencies' double-double arithmetic or for resolving its axes. An entry
+# costs its key's bytes and its arrays' (cpe._core.Cache).
 _SCHEMES = Cache(4 * 1024 * 1024)
 
 
@@ -82,8 +84,8 @@ class Scheme:
     sections: tuple[int, int, int] | None = None
     interleaved: bool = False
     # The bytes of what the scheme is made from, under which it is kept in
-    # _SCHEMES, as are (after b"w") its frequencies and (after b"t") the axes of
-    # its multi-axis tables (see cpe._rope.Rope); None: made on every call.
+    # _SCHEMES, as are, after a tag, its frequencies and its resolved axes (see
+    # _SCHEMES); None: made on every call.
     key: bytes | None = None
     # What scales the paper's frequencies (whose largest is 1) in make(), for the
     # errors of requests whose angles these frequencies take beyond 2**53.

@@ -843,7 +843,7 @@ def decode_group(rng: np.random.Generator) -> Group:
         competitors=competitors,
         ratios=[
             *_rivals_over_cpe(competitors),
-            Ratio(TRANSFORMERS_APPLY_ALONE, CPE_TORCH),
+            *([Ratio(TRANSFORMERS_APPLY_ALONE, CPE_TORCH)] if rotation is not None else []),
             Ratio(CPE_FUNCTION, CPE),
         ],
     )
