@@ -309,19 +309,21 @@ def _private_copy(rope_parameters: Any) -> dict[Any, Any]:
     mapping's methods say or another thread does to it meanwhile."""
     if rope_parameters is None:
         return {}
-    if not isinstance(rope_parameters, Mapping):
+    if type(rope_parameters) is not dict and not isinstance(rope_parameters, Mapping):
         raise TypeError(
             "rope_parameters must be a mapping such as a config's rope_parameters "
             f"(or rope_scaling), got {type(rope_parameters).__name__}"
         )
     copy: dict[Any, Any] = {}
     for key, value in list(rope_parameters.items()):
-        if isinstance(value, (list, tuple)):
-            value = tuple(value)
-        elif isinstance(value, np.ndarray):
-            value = np.array(value)
-            value.flags.writeable = False
-        copy[str.__str__(key) if isinstance(key, str) else key] = value
+        # (a config's usual values, numbers and strings, at once)
+        if type(value) not in _PLAIN_SCALARS:
+            if isinstance(value, (list, tuple)):
+                value = tuple(value)
+            elif isinstance(value, np.ndarray):
+                value = np.array(value)
+                value.flags.writeable = False
+        copy[key if type(key) is str else str.__str__(key) if isinstance(key, str) else key] = value
     return copy
 
 
@@ -339,7 +341,7 @@ def layer_parameters(rope_parameters: Any, layer_type: Any) -> dict[Any, Any] | 
     by_layer = (
         parameters is not None
         and bool(parameters)
-        and all(isinstance(value, Mapping) for value in parameters.values())
+        and all(type(value) is dict or isinstance(value, Mapping) for value in parameters.values())
     )
     if parameters is None or not by_layer:
         if layer_type is not None:
@@ -392,7 +394,11 @@ def _plain(value: Any) -> bool:
     if kind is tuple:
         return all(map(_plain, value))
     if kind is dict:
-        return all(type(key) is str for key in value) and all(map(_plain, value.values()))
+        values = value.values()
+        # (a flat config's values, all scalars, at once)
+        return all(type(key) is str for key in value) and (
+            _PLAIN_SCALARS.issuperset(map(type, values)) or all(map(_plain, values))
+        )
     return False
 
 
