@@ -297,7 +297,17 @@ def test_bad_arguments_are_refused_by_name_with_nothing_written():
             ValueError,
             r"x\[1\] must have rows of 8",
         ),
-        (lambda: cpe.apply_rope(x, np.arange(4)), ValueError, "do not broadcast"),
+        (lambda: cpe.apply_rope(x, np.arange(4)), ValueError, "do not broadcast.*seq_axis"),
+        (  # the usual mistake: (batch, seq) ids against (batch, heads, seq)
+            lambda: cpe.apply_rope(x, np.zeros((2, 5))),
+            ValueError,
+            r"do not broadcast .*ids\[:, None\]",
+        ),
+        (
+            lambda: cpe.apply_rope(x, np.arange(4), seq_axis=1),
+            ValueError,
+            r"4 positions along seq_axis=1, but that axis of x.shape\[:-1\] = \(2, 3, 5\) has 3",
+        ),
         (lambda: cpe.apply_rope(x, seq_axis=-1), ValueError, "seq_axis must be an axis"),
         (lambda: cpe.apply_rope(x, seq_axis=3), ValueError, "seq_axis must be an axis"),
         (lambda: cpe.apply_rope(x, np.zeros((2, 5)), seq_axis=2), TypeError, "seq_axis places 1-D"),

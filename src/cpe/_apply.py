@@ -152,8 +152,14 @@ def points_of(
         name = "x" if len(leading) == 1 else f"x[{i}]"
         ndim = len(extents)
         if axis is not None:
+            a = _seq_axis(axis, ndim, i, len(leading))
+            if shape[0] not in (1, extents[a]):
+                raise ValueError(
+                    f"positions hold {shape[0]} positions along seq_axis={axis}, but that axis "
+                    f"of {name}.shape[:-1] = {extents} has {extents[a]}"
+                )
             aligned = [1] * ndim
-            aligned[_seq_axis(axis, ndim, i, len(leading))] = shape[0]
+            aligned[a] = shape[0]
         elif len(shape) > ndim:
             raise ValueError(
                 f"positions of shape {shape} do not broadcast against {name}.shape[:-1] = {extents}"
@@ -165,6 +171,7 @@ def points_of(
                 f"positions of shape {given.shape} do not broadcast against {name}.shape[:-1] "
                 f"= {extents}" + (" (besides their axis of each point's positions)"
                                   if lead or trail else "")
+                + _broadcast_hint(len(shape), ndim)
             )  # fmt: skip
         varying.append(tuple(a for a in range(ndim) if aligned[a] != 1))
     # The points in C order of the positions' own axes (those of more than one
@@ -172,6 +179,19 @@ def points_of(
     n = math.prod(shape)
     points = given.reshape((*given.shape[:lead], n, *given.shape[given.ndim - trail :]))
     return points, n, varying
+
+
+def _broadcast_hint(given: int, ndim: int) -> str:
+    """What to do with positions of ``given`` axes that do not broadcast against
+    ``ndim`` leading axes."""
+    if given == 1:
+        return "; pass seq_axis to lay 1-D positions along another axis"
+    if given < ndim:
+        return (
+            "; NumPy's rules align the last axes: position ids of shape (batch, seq) for x "
+            "of shape (batch, heads, seq, head_dim) are ids[:, None]"
+        )
+    return ""
 
 
 def request_length(
