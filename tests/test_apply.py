@@ -359,7 +359,12 @@ def test_bad_arguments_are_refused_by_name_with_nothing_written():
         _refused(call, error, match, x, k, out)
     readonly = x.copy()
     readonly.flags.writeable = False
-    _refused(lambda: cpe.apply_rope(readonly, out=readonly), ValueError, "writeable", readonly)
+    _refused(
+        lambda: cpe.apply_rope(readonly, out=readonly),
+        ValueError,
+        r"out \(x itself\) must be writeable",
+        readonly,
+    )
     aliased = np.lib.stride_tricks.as_strided(out, shape=(4, 8), strides=(8, 8), writeable=True)
     _refused(lambda: cpe.apply_rope(values((4, 8)), out=aliased), ValueError, "share memory", out)
 

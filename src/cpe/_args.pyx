@@ -737,10 +737,11 @@ cpdef tuple as_row_arrays(x, out, bint even):
     for i in range(count):
         name = "out" if single else f"out[{i}]"
         if given[i] is items[i]:  # x itself, in place: its memory adopted once
+            itself = f"{name} (x itself)" if single else f"{name} (x[{i}] itself)"
             if not isinstance(items[i], np.ndarray) and hasattr(items[i], "__dlpack__"):
-                _tensor_writable(items[i], name)
-                _shared_writeable(adopted[i], items[i], name)
-            result = _rows(adopted[i], name, True)
+                _tensor_writable(items[i], itself)
+                _shared_writeable(adopted[i], items[i], itself)
+            result = _rows(adopted[i], itself, True)
         else:
             result = as_rows(given[i], name, True)
         array = arrays[i]
