@@ -323,7 +323,7 @@ def _private_copy(rope_parameters: Any) -> dict[Any, Any]:
             elif isinstance(value, np.ndarray):
                 value = np.array(value)
                 value.flags.writeable = False
-        copy[key if type(key) is str else str.__str__(key) if isinstance(key, str) else key] = value
+        copy[str.__str__(key) if isinstance(key, str) else key] = value
     return copy
 
 
