@@ -158,6 +158,12 @@ def test_axial_positions_rotate_the_pairs_of_their_axes():
     cos, sin = cpe.rope_cos_sin(ids, 32, axes_dim=(8, 12, 12), layout="interleaved")
     got = cpe.apply_rope(x, ids[:, None, :], axes_dim=(8, 12, 12), layout="interleaved")
     np.testing.assert_array_equal(got, rotate(x, cos[:, None], sin[:, None], "interleaved"))
+    # Points of two axes, (batch, tokens): each row rotated by its own point's angles.
+    ids = RNG.integers(0, 64, size=(2, 21, 3))
+    x = values((2, 21, 2, 32))
+    cos, sin = cpe.rope_cos_sin(ids, 32, axes_dim=(8, 12, 12), layout="interleaved")
+    got = cpe.apply_rope(x, ids[:, :, None, :], axes_dim=(8, 12, 12), layout="interleaved")
+    np.testing.assert_array_equal(got, rotate(x, cos[:, :, None], sin[:, :, None], "interleaved"))
 
 
 # ---- the one rounding ----

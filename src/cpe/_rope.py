@@ -453,7 +453,7 @@ class Rope:
             offsets = np.cumsum([0, *widths]).tolist()
             tables = _kept_axes(
                 layout + b"a" + marshal.dumps((widths, base), 2),
-                lambda: rope_axes([((..., i), width, offsets[i], None, -1)
+                lambda: rope_axes([(i, width, offsets[i], None, -1)
                                    for i, width in enumerate(widths)],
                                   base, "base", half, interleaved, half),
             )  # fmt: skip
@@ -510,8 +510,8 @@ class Rope:
         shape = (*positions.shape[:-1], self.head_dim)
         cos, sin = rope_tables(out, shape, dtype, "n (the positions) and head_dim")
         axes = self._table_axes(None) if math.prod(shape) else None
-        rope_fill(cos, sin, dtype, positions, 0.0, axes, self._interleaved, 1.0, workers,
-                  "n (the positions)")  # fmt: skip
+        rope_fill(cos, sin, dtype, _axis_major(positions), 0.0, axes, self._interleaved, 1.0,
+                  workers, "n (the positions)")  # fmt: skip
         return (cos, sin) if out is None else written(out)
 
     def apply(
@@ -572,10 +572,10 @@ class Rope:
                 base = self._base
                 self._applied = _kept_axes(
                     b"ra" + marshal.dumps((widths, base), 2),
-                    lambda: rope_axes([((..., i), w, offsets[i] // 2, None, 0)
+                    lambda: rope_axes([(i, w, offsets[i] // 2, None, 0)
                                        for i, w in enumerate(widths)], base, "base", half),
                 )  # fmt: skip
-            plan = Plan(points, 0.0, n, rows, self._applied)
+            plan = Plan(_axis_major(points), 0.0, n, rows, self._applied)
         else:
             count = None
             if given is None:
@@ -860,6 +860,13 @@ def _reach(positions: npt.NDArray[Any] | None, first: int, count: int | None) ->
         return float(max(abs(first), abs(first + max(count, 1) - 1)))
     with np.errstate(invalid="ignore"):
         return float(np.max(np.abs(positions), initial=0.0))
+
+
+def _axis_major(positions: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Axial positions (a point's positions of every axis along the last axis)
+    with that axis first: the one private copy the engine makes of them (see
+    cpe._args.positions_float64) then holds each axis' positions together."""
+    return positions.transpose((positions.ndim - 1, *range(positions.ndim - 1)))
 
 
 def _three_axes(positions: npt.NDArray[Any], name: str) -> npt.NDArray[Any]:
