@@ -21,7 +21,9 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.sequence cimport PySequence_Check
-from libc.math cimport fabs, isfinite
+from libc.math cimport isfinite
+
+from cpe._engine cimport largest_magnitude
 
 cnp.import_array()
 
@@ -449,26 +451,17 @@ cdef object positions_float64(arr, str name):
     else:
         pos = cnp.PyArray_FROMANY(arr, cnp.NPY_FLOAT64, 0, 0, flags)
     # 64-bit integers of magnitude >= 2**53 become doubles >= 2**53, so only then
-    # are the integers themselves compared (a scan of the doubles is cheaper than
-    # NumPy's max and min), in a private copy of them from which the doubles are
-    # made again: the values checked are the values encoded, whatever another
-    # thread writes into the caller's array meanwhile.
-    if kind in "iu" and arr.dtype.itemsize > 4 and not _all_below_exact_limit(pos):
+    # are the integers themselves compared (the engine's vectorized reduction of
+    # the doubles is cheaper than NumPy's max and min), in a private copy of them
+    # from which the doubles are made again: the values checked are the values
+    # encoded, whatever another thread writes into the caller's array meanwhile.
+    if kind in "iu" and arr.dtype.itemsize > 4 and not largest_magnitude(
+            <const double*>cnp.PyArray_DATA(pos), cnp.PyArray_SIZE(pos)) < <double>_EXACT_LIMIT:
         integers = np.array(arr, order="C")
         if integers.max() > _EXACT_LIMIT or (kind == "i" and integers.min() < -_EXACT_LIMIT):
             raise ValueError(f"{name} must be integers of magnitude <= 2**53")
         pos = cnp.PyArray_FROMANY(integers, cnp.NPY_FLOAT64, 0, 0, flags)
     return pos
-
-
-cdef bint _all_below_exact_limit(cnp.ndarray pos):
-    cdef const double* data = <const double*>cnp.PyArray_DATA(pos)
-    cdef Py_ssize_t i, n = pos.size
-    cdef double limit = <double>_EXACT_LIMIT
-    for i in range(n):
-        if not (fabs(data[i]) < limit):
-            return False
-    return True
 
 
 cdef tuple array_shape(cnp.ndarray array):

@@ -155,6 +155,7 @@ cdef int frequencies(double* w_hi, double* w_lo, Py_ssize_t n_freq,
 cdef void blend_frequencies(double* w_hi, double* w_lo, const double* divisor,
                             const double* weight, const double* kept,
                             Py_ssize_t n_freq) noexcept nogil
+cdef double largest_magnitude(const double* x, Py_ssize_t n) noexcept nogil
 cdef int fill_check(const fill_request* r) noexcept nogil
 cdef int scratch_new(const fill_request* r, Py_ssize_t first, Py_ssize_t count,
                      Py_ssize_t served, fill_scratch* s) noexcept nogil

@@ -751,6 +751,14 @@ cdef inline bint _angles_in_range(double largest_position, const double* w_hi,
     return True
 
 
+cdef double largest_magnitude(const double* x, Py_ssize_t n) noexcept nogil:
+    """The largest |x[i]| (0 for none; a NaN above infinity): the one reduction
+    that checks positions, vectorized."""
+    cdef double largest = 0.0
+    cpe_largest_magnitude(x, n, &largest)
+    return largest
+
+
 cdef inline int _check_request(const double* positions, double start, Py_ssize_t n,
                                const double* w_hi, Py_ssize_t n_freq,
                                double w_max) noexcept nogil:
@@ -763,7 +771,7 @@ cdef inline int _check_request(const double* positions, double start, Py_ssize_t
             return CPE_ERR_ARGUMENT
         largest = max(fabs(start), fabs(start + <double>(n - 1))) if n else 0.0
     else:
-        cpe_largest_magnitude(positions, n, &largest)
+        largest = largest_magnitude(positions, n)
         if not isfinite(largest):
             return CPE_ERR_ARGUMENT
     if n and not _angles_in_range(largest, w_hi, n_freq, w_max):
