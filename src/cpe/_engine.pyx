@@ -1053,7 +1053,7 @@ cdef struct walk:
     bint lazy
     void* owned[12]
     int n_owned
-    long long prefix[8]
+    long long prefix[8]  # keep: the last row's m >> (shift * k), -1 once H changes
     const double* upper[9]  # upper[k]: product of H and the digits >= k (NULL: 1)
     long long current_high
     bint keep            # whether the products of the upper digits are kept
@@ -1076,19 +1076,19 @@ cdef inline void _walk_start(walk* w, const fill_request* axis, axis_scratch* s,
     w.row_doubles = 2 * axis.n_freq
     n_levels = w.levels.n_levels
     w.identity = w.high_row = w.direct = w.products = NULL
-    for k in range(n_levels):
-        w.spare[k] = NULL
     w.lazy = s.owned == NULL
     w.n_owned = 0
-    if not w.lazy:
+    if w.lazy:
+        for k in range(8):  # (a fixed count: a few stores, not a call)
+            w.spare[k] = NULL
+    else:
         for k in range(n_levels):
             w.spare[k] = _line_start(s.owned) + k * w.row_doubles
         w.products = w.spare[0] + n_levels * w.row_doubles
         w.direct = w.products + _product_rows(n_levels, keep) * w.row_doubles
         w.high_row = w.direct + w.row_doubles
         w.identity = w.high_row + w.row_doubles
-    for k in range(n_levels):
-        w.prefix[k] = -1
+    # No high part yet: the first integer position resets the prefixes (_walk_row).
     w.current_high = -1
     w.keep = keep
     w.made_identity = False
@@ -1153,8 +1153,9 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
         if high:
             _sincos_row(w.high_row, <double>(high << (shift * n_levels)), w_hi, w_lo, n_freq)
         w.upper[n_levels] = w.high_row if high else NULL
-        for k in range(n_levels):
-            w.prefix[k] = -1
+        if w.keep:  # (only a keeping walk reads them)
+            for k in range(8):  # (a fixed count: a few stores, not a call)
+                w.prefix[k] = -1
     if w.keep:  # the digits above level 0 that changed since the last row
         for k in range(n_levels - 1, 0, -1):
             key = m >> (shift * k)
