@@ -708,6 +708,15 @@ cdef inline void _store_chain(floating* row, const double** chain, int count,
 # factors without making those products. Either way every product is rounded in
 # the same order: the same bits.
 
+cdef inline const double* _ready_row(const cpe_levels* lv, int k, Py_ssize_t d,
+                                     Py_ssize_t n_freq) noexcept nogil:
+    # Level row (k, d) when the levels hold it ready, else NULL.
+    cdef Py_ssize_t index = k * lv.radix + d
+    if lv.rows != NULL and cpe_state_get(lv.state + index) == CPE_ROW_READY:
+        return lv.rows + 2 * n_freq * index
+    return NULL
+
+
 cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double* spare,
                                      const double* w_hi, const double* w_lo,
                                      Py_ssize_t n_freq) noexcept nogil:
@@ -719,18 +728,13 @@ cdef inline const double* _level_row(cpe_levels* lv, int k, Py_ssize_t d, double
     cdef Py_ssize_t index = k * lv.radix + d
     cdef double position = <double>(d << (lv.shift * k))
     cdef double* row
-    cdef char* state
-    if lv.rows == NULL:
-        if spare != NULL:
-            _sincos_row(spare, position, w_hi, w_lo, n_freq)
-        return spare
-    row = lv.rows + 2 * n_freq * index
-    state = lv.state + index
-    if cpe_state_get(state) == CPE_ROW_READY:
-        return row
-    if cpe_state_claim(state):
+    cdef const double* ready = _ready_row(lv, k, d, n_freq)
+    if ready != NULL:
+        return ready
+    if lv.rows != NULL and cpe_state_claim(lv.state + index):
+        row = lv.rows + 2 * n_freq * index
         _sincos_row(row, position, w_hi, w_lo, n_freq)
-        cpe_state_set(state, CPE_ROW_READY)
+        cpe_state_set(lv.state + index, CPE_ROW_READY)
         return row
     if spare != NULL:
         _sincos_row(spare, position, w_hi, w_lo, n_freq)
@@ -1115,8 +1119,15 @@ cdef inline void _walk_free(walk* w) noexcept nogil:
 
 
 cdef inline const double* _digit_row(walk* w, int k, Py_ssize_t d) noexcept nogil:
-    # Level row (k, d) (see _level_row), made in level k's spare row when it must
-    # be; NULL if that row could not be allocated.
+    # Level row (k, d) (see _level_row); NULL if a row it needed could not be
+    # allocated. A row the levels hold ready is read here, any other made apart
+    # (_make_digit_row): this stays small enough to be inlined.
+    cdef const double* row = _ready_row(w.levels, k, d, w.axis.n_freq)
+    return row if row != NULL else _make_digit_row(w, k, d)
+
+
+cdef const double* _make_digit_row(walk* w, int k, Py_ssize_t d) noexcept nogil:
+    # Level row (k, d), made in level k's spare row when it must be.
     cdef const double* row = _level_row(w.levels, k, d, w.spare[k], w.axis.w_hi,
                                         w.axis.w_lo, w.axis.n_freq)
     if row == NULL and _row(w, &w.spare[k]) != NULL:
