@@ -1149,7 +1149,9 @@ cdef inline int _walk_row(walk* w, double p, const double** chain) noexcept nogi
     cdef long long m, high, key
     cdef const double* w_hi = w.axis.w_hi
     cdef const double* w_lo = w.axis.w_lo
-    if not (floor(p) == p and fabs(p) < 4611686018427387904.0):  # 2**62
+    # An integer below 2**62 in magnitude is its own truncation (the bound first, so
+    # that the cast is defined; NaN fails it).
+    if not (fabs(p) < 4611686018427387904.0 and <double><long long>p == p):  # 2**62
         if _row(w, &w.direct) == NULL:
             return -1
         _sincos_row(w.direct, p, w_hi, w_lo, n_freq)
