@@ -147,13 +147,16 @@ def compile_loop(stmt: str, names: dict[str, Any]) -> Loop:
     return loop
 
 
-def calibrate(loop: Loop, args: ArgCycle) -> int:
-    """The number of calls per sample that makes a sample last MIN_SAMPLE_NS."""
+def calibrate(loop: Loop, args: ArgCycle) -> tuple[int, float]:
+    """The number of calls per sample that makes a sample last MIN_SAMPLE_NS, and
+    the time of one call then (ns). A first call, untimed, takes what the call
+    before it left behind (see time_group), which would shorten the count."""
+    loop(args.take(1), time.perf_counter_ns)
     reps = 1
     while True:
         elapsed = loop(args.take(reps), time.perf_counter_ns)
         if elapsed >= MIN_SAMPLE_NS or reps >= MAX_INNER_REPS:
-            return reps
+            return reps, elapsed / reps
         # Aim 30% above the minimum so that a faster sample still reaches it.
         wanted = math.ceil(reps * 1.3 * MIN_SAMPLE_NS / max(elapsed, 1))
         reps = min(MAX_INNER_REPS, max(2 * reps, wanted))
@@ -177,8 +180,12 @@ def time_group(group: Group, rounds: int, budget_seconds: float, rng: random.Ran
         # One count of calls for every sample of the group, enough for its
         # fastest competitor: what a call leaves behind (memory it returned to
         # the system, caches it filled) lands on the first call of the next
-        # sample, and falls on as many calls in each competitor's samples.
-        calls = max(calibrate(loop, args[label]) for label, loop in loops.items())
+        # sample, and is shared by as many calls in each competitor's samples.
+        # At most what lets the slowest run MIN_ROUNDS rounds within the budget.
+        calibrated = [calibrate(loop, args[label]) for label, loop in loops.items()]
+        slowest_ns = max(ns for _, ns in calibrated)
+        cap = budget_seconds * 1e9 / (MIN_ROUNDS * len(loops) * max(slowest_ns, 1.0))
+        calls = max(1, min(max(count for count, _ in calibrated), int(cap)))
         reps = dict.fromkeys(loops, calls)
         start = time.perf_counter()
         for done in range(1, rounds + 1):
