@@ -136,6 +136,26 @@ def test_every_position_of_an_array_is_checked(n):
         assert np.isfinite(cpe.positional_encoding(positions, 2)).all()
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 33])
+def test_every_64_bit_integer_is_checked_for_2_to_the_53(n):
+    # 64-bit integers are exact only up to 2**53: the reduction that finds a
+    # larger one anywhere in the array, either sign, and the exact limits kept.
+    for index in range(n):
+        for dtype, bad, fine in [
+            (np.int64, 2**53 + 1, 2**53),
+            (np.int64, -(2**53) - 1, -(2**53)),
+            (np.uint64, 2**53 + 1, 2**53),
+            (np.uint64, 2**64 - 1, 2**53 - 1),
+        ]:
+            positions = np.zeros(n, dtype)
+            positions[index] = bad
+            with pytest.raises(ValueError, match="integers of magnitude <= 2\\*\\*53"):
+                cpe.positional_encoding(positions, 4)
+            positions[index] = fine
+            row = cpe.positional_encoding(positions, 4)[index]
+            np.testing.assert_array_equal(row, cpe.positional_encoding(float(fine), 4))
+
+
 def test_unallocatable_table_is_a_memory_error():
     with pytest.raises(MemoryError):
         cpe.positional_encoding_table(2**36, 2**20)
