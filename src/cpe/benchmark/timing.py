@@ -149,8 +149,9 @@ def compile_loop(stmt: str, names: dict[str, Any]) -> Loop:
 
 def calibrate(loop: Loop, args: ArgCycle) -> tuple[int, float]:
     """The number of calls per sample that makes a sample last MIN_SAMPLE_NS, and
-    the time of one call then (ns). A first call, untimed, takes what the call
-    before it left behind (see time_group), which would shorten the count."""
+    the time of one call then (ns). A first call, untimed, builds caches, maps
+    pages and takes what the call before it left behind (see time_group), which
+    would shorten the count."""
     loop(args.take(1), time.perf_counter_ns)
     reps = 1
     while True:
@@ -175,8 +176,6 @@ def time_group(group: Group, rounds: int, budget_seconds: float, rng: random.Ran
     gc_was_enabled = gc.isenabled()
     gc.disable()  # as timeit does: a collection would land on whichever call is running
     try:
-        for label, loop in loops.items():  # a first call builds caches and maps pages
-            loop(args[label].take(1), time.perf_counter_ns)
         # One count of calls for every sample of the group, enough for its
         # fastest competitor: what a call leaves behind (memory it returned to
         # the system, caches it filled) lands on the first call of the next
