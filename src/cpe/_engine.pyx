@@ -1413,25 +1413,28 @@ cdef void apply_part(const apply_request* a, apply_scratch* s, Py_ssize_t first,
             for row in range(m):
                 for j in range(n):
                     s.table[(2 * row + 1) * n + j] = -s.table[(2 * row + 1) * n + j]
-        _rotate_block(a, s, first + i, m)
+        _rotate_block(a, s, first + i, m, first + count)
         i += m
 
 
 cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
-                               Py_ssize_t first, Py_ssize_t count) noexcept nogil:
+                               Py_ssize_t first, Py_ssize_t count,
+                               Py_ssize_t end) noexcept nogil:
     # Every target's rows of the positions first .. first + count, whose angles
-    # are the block's rows 0 .. count. A row soon rotated is prefetched: the rows
-    # of many heads are too many streams for the hardware's prefetcher to follow.
-    # (Written out here: a compiler may drop calls to a function that only
-    # prefetches.)
-    cdef Py_ssize_t t, i, h, itemsize, ahead
+    # are the block's rows 0 .. count (of a part that ends at position ``end``).
+    # A row soon rotated is prefetched: the rows of many heads are too many
+    # streams for the hardware's prefetcher to follow. The last rows of a block
+    # prefetch the next block's first ones, which then arrive while its angles
+    # are made. (Written out here: a compiler may drop calls to a function that
+    # only prefetches.)
+    cdef Py_ssize_t t, i, h, itemsize, ahead, head
     cdef const rotation* target
     for t in range(a.n_targets):
         target = &a.targets[t]
         itemsize = _row_itemsize(target)
         if target.heads_inner:
             for i in range(count):
-                ahead = first + min(i + 1, count - 1)  # the next position's row
+                ahead = min(first + i + 1, end - 1)  # the next position's row
                 for h in range(target.n_heads):
                     cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
                                      target.y + target.y_rows[ahead] + target.y_heads[h],
@@ -1439,10 +1442,13 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                     _rotate_row(a, target, s, first, i, h)
         else:
             for h in range(target.n_heads):
-                ahead = min(h + 1, target.n_heads - 1)  # the next head's row
                 for i in range(count):
-                    cpe_prefetch_row(target.x + target.x_rows[first + i] + target.x_heads[ahead],
-                                     target.y + target.y_rows[first + i] + target.y_heads[ahead],
+                    # the next head's row; after the last head, the next block's
+                    ahead, head = first + i, h + 1
+                    if head == target.n_heads:
+                        ahead, head = min(first + count + i, end - 1), 0
+                    cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[head],
+                                     target.y + target.y_rows[ahead] + target.y_heads[head],
                                      target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
 
