@@ -1304,10 +1304,13 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
 # rope_cos_sin (or positional_encoding) gives.
 
 # The bytes of a block's table: a rotation's (a position's row is both of its
-# tables, 2 * n_freq values), and an addition's, half of that: each row of an
-# added encoding is a whole row of x's (D values), read once per head (batch
-# entry) in turn, and the rows it is added to share the first-level cache with it.
-cdef Py_ssize_t _BLOCK_BYTES = 32 * 1024
+# tables, 2 * n_freq values), small enough that, visited by head, the table, a
+# head's float32 rows of the block and the next head's, prefetched (half the
+# table's bytes each), fit a 48 KiB first-level cache; and an addition's, half of
+# that: each row of an added encoding is a whole row of x's (D values), read once
+# per head (batch entry) in turn, and the rows it is added to share the
+# first-level cache with it.
+cdef Py_ssize_t _BLOCK_BYTES = 24 * 1024
 cdef Py_ssize_t _ADD_BLOCK_BYTES = 16 * 1024
 
 
