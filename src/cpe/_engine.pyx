@@ -1303,15 +1303,12 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
 # caller's memory is read and written once, and every value is the one
 # rope_cos_sin (or positional_encoding) gives.
 
-# The bytes of a block's table: a rotation's (a position's row is both of its
-# tables, 2 * n_freq values), small enough that, visited by head, the table, a
-# head's float32 rows of the block and the next head's, prefetched (half the
-# table's bytes each), fit a 48 KiB first-level cache; and an addition's, half of
-# that: each row of an added encoding is a whole row of x's (D values), read once
-# per head (batch entry) in turn, and the rows it is added to share the
-# first-level cache with it.
-cdef Py_ssize_t _BLOCK_BYTES = 24 * 1024
-cdef Py_ssize_t _ADD_BLOCK_BYTES = 16 * 1024
+# The first-level cache a block is sized for: its table, the rows of one head
+# (batch entry) of the block being changed and those of the next head,
+# prefetched, fit in it, with room left for the fill loop's own rows (40 of 48
+# KiB). Visited by head, each head reads the whole table again; when that no
+# longer fits, the table comes back from the second-level cache for every head.
+cdef Py_ssize_t _BLOCK_CACHE_BYTES = 40 * 1024
 
 
 cdef inline fill_request _block(const apply_request* a, const apply_scratch* s) noexcept nogil:
@@ -1371,8 +1368,10 @@ cdef int apply_scratch_new(const apply_request* a, Py_ssize_t count,
     s.fill.n_axes = 0
     s.fill.owned = NULL
     s.fill.sink.owned = NULL
-    cdef Py_ssize_t block_bytes = _ADD_BLOCK_BYTES if a.add else _BLOCK_BYTES
-    s.rows = min(count, min(64, max(1, block_bytes // (8 * max(row, 1)))))
+    cdef Py_ssize_t t, widest = 0  # a target's row, in bytes
+    for t in range(a.n_targets):
+        widest = max(widest, a.targets[t].width * _row_itemsize(&a.targets[t]))
+    s.rows = min(count, min(64, max(1, _BLOCK_CACHE_BYTES // max(1, 8 * row + 2 * widest))))
     if count == 0 or row == 0:
         return CPE_OK
     s.owned = <double*>malloc(sizeof(double) * (s.rows * row + 8))
