@@ -751,10 +751,38 @@ CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_bf16(const cpe_bf16 
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
 }
+/* A double of magnitude in [2**-126, 2**128) is a bfloat16 normal (or infinity)
+   once rounded: rounded to nearest even on its own bits at bit 45, its exponent
+   rebased from 1023 to 127, it has the bits of cpe_store_bf16 (whose rounding
+   through a float rounded to odd gives the nearest bfloat16 too), with no float
+   conversion to obey flush-to-zero. Zeros keep their sign; a vector with any
+   other value (a subnormal, infinity, NaN) is stored by cpe_store_bf16 itself. */
+__attribute__((noinline, cold)) static void cpe_store_bf16_each(cpe_bf16 *p, const double *v,
+                                                                int n) {
+    for (int i = 0; i < n; i++) p[i] = cpe_store_bf16(v[i]);
+}
 CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_bf16(cpe_bf16 *p, __m512d d) {
-    __m256i b = cpe_odd_float_bits_avx512(d), out;
-    CPE_BF16_OF_FLOAT_BITS(__m256i, _mm256, si256, b, out)
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtepi32_epi16(out));
+    const __m512i low = _mm512_set1_epi64(0x3810000000000000); /* 2**-126 */
+    const __m512i span = _mm512_set1_epi64(0x47F0000000000000 - 0x3810000000000000);
+    /* 2**44 - 1 (half of bit 45, less one) minus the exponents' offset, 896 << 52 */
+    const __m512i half_rebased = _mm512_set1_epi64((int64_t)0xC8000FFFFFFFFFFFu);
+    __m512i bits = _mm512_castpd_si512(d);
+    __m512i a = _mm512_and_si512(bits, _mm512_set1_epi64(0x7FFFFFFFFFFFFFFF));
+    __mmask8 normal = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, low), span);
+    __mmask8 zero = _mm512_cmpeq_epi64_mask(a, _mm512_setzero_si512());
+    if (!_kortestc_mask8_u8(normal, zero)) {
+        double v[8];
+        _mm512_storeu_pd(v, d);
+        cpe_store_bf16_each(p, v, 8);
+        return;
+    }
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi64(a, 45), _mm512_set1_epi64(1));
+    __m512i r = _mm512_maskz_srli_epi64(
+        normal, _mm512_add_epi64(_mm512_add_epi64(a, half_rebased), odd), 45);
+    /* r | (the sign, at bit 15) */
+    __m512i out = _mm512_ternarylogic_epi64(r, _mm512_srli_epi64(bits, 48),
+                                            _mm512_set1_epi64(0x8000), 0xF8);
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi64_epi16(out));
 }
 CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_f16(const cpe_f16 *p) {
     return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
