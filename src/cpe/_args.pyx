@@ -522,42 +522,46 @@ cdef object _shared_array(out, str name, bint write=True):
         if not callable(getattr(out, "detach", None)):
             raise TypeError(f"{name} requires grad but cannot be detached from autograd")
         out = out.detach()
-    for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
-        resolved = getattr(out, lazy, None)
-        if callable(resolved) and resolved():
-            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
-                            "first (resolve_neg(), resolve_conj() or clone())")
-    bfloat16 = str(getattr(out, "dtype", None)) == "torch.bfloat16" and "torch" in sys.modules
+    torch = sys.modules.get("torch")
+    bfloat16 = torch is not None and getattr(out, "dtype", None) is torch.bfloat16
     if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
-        out = out.view(sys.modules["torch"].int16)
-    shared = _exported(out, name)
-    pointer = getattr(out, "data_ptr", None)
-    if (callable(pointer) and cnp.PyArray_SIZE(<cnp.ndarray>shared) != 0
-            and pointer() != <size_t>cnp.PyArray_DATA(<cnp.ndarray>shared)):
-        raise TypeError(f"{name}'s DLPack export is not its own memory (its data_ptr() is not "
-                        "where the exported array starts): cpe would read or write elsewhere")
+        out = out.view(torch.int16)
+    shared = _exported(out, name, torch)
     if write:
         _shared_writeable(shared, out, name)
     return shared.view(_bfloat16(f"{name}, a torch.bfloat16 tensor,")) if bfloat16 else shared
 
 
-cdef object _exported(out, str name):
+cdef object _exported(out, str name, torch):
     """The memory of a DLPack exporter as a NumPy array. A plain torch.Tensor
     shares it through its own numpy(), the same memory and strides without the
-    round trip through a DLPack capsule (the fixed cost of a decoding step);
-    where that fails (torch built without NumPy, another device...), through
-    DLPack, which then says why."""
-    torch = sys.modules.get("torch")
+    round trip through a DLPack capsule (the fixed cost of a decoding step); its
+    numpy() refuses what DLPack would export wrongly (lazily negated or
+    conjugated views). Where that fails (torch built without NumPy, another
+    device, such a view...), through DLPack: then the views are refused here,
+    the export's memory checked against the exporter's data_ptr(), and DLPack
+    says why it cannot share what it cannot."""
     if torch is not None and type(out) is torch.Tensor:
         try:
             return out.numpy()
         except Exception:
             pass
+    for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
+        resolved = getattr(out, lazy, None)
+        if callable(resolved) and resolved():
+            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
+                            "first (resolve_neg(), resolve_conj() or clone())")
     try:
-        return np.from_dlpack(out)
+        shared = np.from_dlpack(out)
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
         raise TypeError(f"{name} must be a CPU array whose memory NumPy can share through "
                         f"DLPack, got {type(out).__name__} ({exc})") from None
+    pointer = getattr(out, "data_ptr", None)
+    if (callable(pointer) and cnp.PyArray_SIZE(<cnp.ndarray>shared) != 0
+            and pointer() != <size_t>cnp.PyArray_DATA(<cnp.ndarray>shared)):
+        raise TypeError(f"{name}'s DLPack export is not its own memory (its data_ptr() is not "
+                        "where the exported array starts): cpe would read or write elsewhere")
+    return shared
 
 
 cdef int _tensor_writable(out, str name) except -1:
@@ -575,7 +579,7 @@ cdef int _tensor_writable(out, str name) except -1:
 
 cdef int _shared_writeable(shared, out, str name) except -1:
     """Refuse an output whose memory NumPy shares read-only."""
-    if shared.flags.writeable:
+    if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>shared):
         return 0
     if _DLPACK_READ_ONLY:
         raise TypeError(f"{name}: NumPy {np.__version__} shares the memory of every "
