@@ -643,10 +643,12 @@ cpdef object as_rows(value, str name, bint write):
 
 cdef object _adopted(value, str name, bint write):
     """``value`` as a NumPy array of its memory (see as_rows), unchecked."""
+    if not isinstance(value, np.ndarray):
+        return _shared_array(value, name, write)
     if type(value) is not np.ndarray and isinstance(value, np.ma.MaskedArray):
         raise TypeError(f"{name} must not be a masked array: its mask would be ignored "
                         "(pass its data, or fill the masked values first)")
-    return value if isinstance(value, np.ndarray) else _shared_array(value, name, write)
+    return value
 
 
 cdef object _rows(array, str name, bint write):
