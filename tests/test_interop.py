@@ -485,6 +485,24 @@ def test_lazily_negated_views_are_refused_untouched(torch):
     assert float(negated[0]) == 0.0
 
 
+def test_lazily_negated_bfloat16_views_are_refused_untouched(torch):
+    # bfloat16 is shared as its int16 bits, a view torch refuses for these views
+    # with an error of its own: cpe's comes first, for inputs and outputs alike.
+    memory = torch.full((2, 3, 8), 0.5, dtype=torch.bfloat16)
+    negated = torch._neg_view(memory)  # reads as -(its memory)
+    assert negated.is_neg()
+    calls = [
+        lambda: cpe.apply_rope(negated),
+        lambda: cpe.apply_rope(negated, out=negated),
+        lambda: cpe.add_positional_encoding(negated, out=negated),
+        lambda: cpe.positional_encoding_table(3, 8, dtype=torch.bfloat16, out=negated[0]),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="lazily negated or conjugated view"):
+            call()
+    assert bool((memory == 0.5).all())
+
+
 def test_frequencies_that_require_grad_are_read_as_values(torch):
     inv_freq = torch.tensor([1.0, 0.5, 0.25, 0.125], dtype=torch.float64, requires_grad=True)
     np.testing.assert_array_equal(

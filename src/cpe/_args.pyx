@@ -525,6 +525,7 @@ cdef object _shared_array(out, str name, bint write=True):
     torch = sys.modules.get("torch")
     bfloat16 = torch is not None and getattr(out, "dtype", None) is torch.bfloat16
     if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
+        _refuse_lazy_views(out, name)  # (which torch views as int16 with its own error)
         out = out.view(torch.int16)
     shared = _exported(out, name, torch)
     if write:
@@ -546,11 +547,7 @@ cdef object _exported(out, str name, torch):
             return out.numpy()
         except Exception:
             pass
-    for lazy in ("is_neg", "is_conj"):  # torch's views that DLPack exports unresolved
-        resolved = getattr(out, lazy, None)
-        if callable(resolved) and resolved():
-            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
-                            "first (resolve_neg(), resolve_conj() or clone())")
+    _refuse_lazy_views(out, name)
     try:
         shared = np.from_dlpack(out)
     except Exception as exc:  # another device, a dtype NumPy lacks, a read-only export...
@@ -562,6 +559,17 @@ cdef object _exported(out, str name, torch):
         raise TypeError(f"{name}'s DLPack export is not its own memory (its data_ptr() is not "
                         "where the exported array starts): cpe would read or write elsewhere")
     return shared
+
+
+cdef int _refuse_lazy_views(out, str name) except -1:
+    """Refuse torch's lazily negated or conjugated views, which DLPack exports
+    unresolved (the memory holds their values' negatives or conjugates)."""
+    for lazy in ("is_neg", "is_conj"):
+        resolved = getattr(out, lazy, None)
+        if callable(resolved) and resolved():
+            raise TypeError(f"{name} is a lazily negated or conjugated view: resolve it "
+                            "first (resolve_neg(), resolve_conj() or clone())")
+    return 0
 
 
 cdef int _tensor_writable(out, str name) except -1:

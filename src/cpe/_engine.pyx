@@ -1303,11 +1303,13 @@ cdef int _fill_rows(floating* out, floating* sin_out, Py_ssize_t first, Py_ssize
 # caller's memory is read and written once, and every value is the one
 # rope_cos_sin (or positional_encoding) gives.
 
-# The first-level cache a block is sized for: its table, the rows of one head
-# (batch entry) of the block being changed and those of the next head,
-# prefetched, fit in it, with room left for the fill loop's own rows (40 of 48
-# KiB). Visited by head, each head reads the whole table again; when that no
-# longer fits, the table comes back from the second-level cache for every head.
+# The first-level cache a block is sized for, as its rows are visited by head:
+# its table, the rows of one head (batch entry) of the block being changed and
+# those of the next head, prefetched, fit in it, with room left for the fill
+# loop's own rows (40 of 48 KiB). Each head reads the whole table again; when
+# that no longer fits, the table comes back from the second-level cache for
+# every head. (Visited by position, each row of the table is read once for all
+# heads, and the size matters little.)
 cdef Py_ssize_t _BLOCK_CACHE_BYTES = 40 * 1024
 
 
@@ -1436,11 +1438,12 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
         itemsize = _row_itemsize(target)
         if target.heads_inner:
             for i in range(count):
-                ahead = min(first + i + 1, end - 1)  # the next position's row
+                ahead = first + i + 1  # the next position's rows
                 for h in range(target.n_heads):
-                    cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
-                                     target.y + target.y_rows[ahead] + target.y_heads[h],
-                                     target.width * itemsize)
+                    if ahead < end:
+                        cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[h],
+                                         target.y + target.y_rows[ahead] + target.y_heads[h],
+                                         target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
         else:
             for h in range(target.n_heads):
@@ -1448,10 +1451,11 @@ cdef inline void _rotate_block(const apply_request* a, const apply_scratch* s,
                     # the next head's row; after the last head, the next block's
                     ahead, head = first + i, h + 1
                     if head == target.n_heads:
-                        ahead, head = min(first + count + i, end - 1), 0
-                    cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[head],
-                                     target.y + target.y_rows[ahead] + target.y_heads[head],
-                                     target.width * itemsize)
+                        ahead, head = first + count + i, 0
+                    if ahead < end:
+                        cpe_prefetch_row(target.x + target.x_rows[ahead] + target.x_heads[head],
+                                         target.y + target.y_rows[ahead] + target.y_heads[head],
+                                         target.width * itemsize)
                     _rotate_row(a, target, s, first, i, h)
 
 

@@ -756,11 +756,8 @@ CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_bf16(const cpe_bf16 
    rebased from 1023 to 127, it has the bits of cpe_store_bf16 (whose rounding
    through a float rounded to odd gives the nearest bfloat16 too), with no float
    conversion to obey flush-to-zero. Zeros keep their sign; a vector with any
-   other value (a subnormal, infinity, NaN) is stored by cpe_store_bf16 itself. */
-__attribute__((noinline, cold)) static void cpe_store_bf16_each(cpe_bf16 *p, const double *v,
-                                                                int n) {
-    for (int i = 0; i < n; i++) p[i] = cpe_store_bf16(v[i]);
-}
+   other value (a subnormal, infinity, NaN) goes the float route, by
+   cpe_store_bf16's own operations (as the AVX2 copy does every vector). */
 CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_bf16(cpe_bf16 *p, __m512d d) {
     const __m512i low = _mm512_set1_epi64(0x3810000000000000); /* 2**-126 */
     const __m512i span = _mm512_set1_epi64(0x47F0000000000000 - 0x3810000000000000);
@@ -770,10 +767,10 @@ CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_bf16(cpe_bf16 *p, __m5
     __m512i a = _mm512_and_si512(bits, _mm512_set1_epi64(0x7FFFFFFFFFFFFFFF));
     __mmask8 normal = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, low), span);
     __mmask8 zero = _mm512_cmpeq_epi64_mask(a, _mm512_setzero_si512());
-    if (!_kortestc_mask8_u8(normal, zero)) {
-        double v[8];
-        _mm512_storeu_pd(v, d);
-        cpe_store_bf16_each(p, v, 8);
+    if (!_kortestc_mask8_u8(normal, zero)) { /* the float route, as cpe_store_bf16 */
+        __m256i b = cpe_odd_float_bits_avx512(d), special;
+        CPE_BF16_OF_FLOAT_BITS(__m256i, _mm256, si256, b, special)
+        _mm_storeu_si128((__m128i *)p, _mm256_cvtepi32_epi16(special));
         return;
     }
     __m512i odd = _mm512_and_si512(_mm512_srli_epi64(a, 45), _mm512_set1_epi64(1));
