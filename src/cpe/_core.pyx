@@ -1192,13 +1192,15 @@ cdef class _RowOffsets:
         cdef int along[64]
         cdef int other[64]
         cdef Py_ssize_t n_rows = 1, near_rows = 0, near_heads = 0, extent, stride
+        cdef bint same_strides = True  # x's offsets are y's (x itself, in place, say)
         for k in range(n_varying):
             along[k] = varying[k]
         self.n_heads = 1
         for k in range(ndim):
             extent = cnp.PyArray_DIM(y, k)
             stride = abs(cnp.PyArray_STRIDE(y, k))
-            if k in varying:
+            same_strides = same_strides and cnp.PyArray_STRIDE(x, k) == cnp.PyArray_STRIDE(y, k)
+            if _among(k, along, n_varying):
                 n_rows *= extent
                 if extent > 1 and (near_rows == 0 or stride < near_rows):
                     near_rows = stride
@@ -1215,15 +1217,26 @@ cdef class _RowOffsets:
             sizeof(Py_ssize_t) * (2 * n_rows + 2 * self.n_heads + 1))
         if self.owned == NULL:
             raise MemoryError("cpe: could not allocate scratch memory")
-        self.x_rows = self.owned
-        self.y_rows = self.x_rows + n_rows
-        self.x_heads = self.y_rows + n_rows
-        self.y_heads = self.x_heads + self.n_heads
-        _offsets(x, along, n_varying, self.x_rows)
+        self.y_rows = self.owned
+        self.y_heads = self.y_rows + n_rows
         _offsets(y, along, n_varying, self.y_rows)
-        _offsets(x, other, n_other, self.x_heads)
         _offsets(y, other, n_other, self.y_heads)
+        if same_strides:
+            self.x_rows, self.x_heads = self.y_rows, self.y_heads
+        else:
+            self.x_rows = self.y_heads + self.n_heads
+            self.x_heads = self.x_rows + n_rows
+            _offsets(x, along, n_varying, self.x_rows)
+            _offsets(x, other, n_other, self.x_heads)
         return 0
+
+
+cdef inline bint _among(int k, const int* axes, int count) noexcept:
+    cdef int j
+    for j in range(count):
+        if axes[j] == k:
+            return True
+    return False
 
 
 cdef void _offsets(cnp.ndarray a, const int* axes, int count, Py_ssize_t* out) noexcept:
