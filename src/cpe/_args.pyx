@@ -525,7 +525,7 @@ cdef object _shared_array(out, str name, bint write=True):
     torch = sys.modules.get("torch")
     bfloat16 = torch is not None and getattr(out, "dtype", None) is torch.bfloat16
     if bfloat16:  # NumPy has no bfloat16 of its own to export to: shared as its bits
-        _refuse_lazy_views(out, name)  # (which torch views as int16 with its own error)
+        _refuse_lazy_views(out, name)  # (torch refuses their int16 view with its own error)
         out = out.view(torch.int16)
     shared = _exported(out, name, torch)
     if write:
