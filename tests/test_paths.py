@@ -4,8 +4,9 @@ On x86-64, outputs of 16 MiB and more are written with streaming (non-temporal)
 stores when their memory is already mapped (buffers.on_line), and with ordinary
 stores into memory nothing has written yet (buffers.fresh), with the widest SIMD
 copy the CPU has; CPE_DISABLE_STREAM=1 turns streaming off and
-CPE_DISABLE_SIMD=1 / CPE_DISABLE_AVX512=1 select narrower copies, so the same
-request made in subprocesses with each must give identical bytes.
+CPE_DISABLE_SIMD=1 / CPE_DISABLE_AVX512=1 / CPE_DISABLE_AVX512BF16=1 select
+narrower copies, so the same request made in subprocesses with each must give
+identical bytes.
 """
 
 from __future__ import annotations
@@ -184,7 +185,12 @@ def namespace() -> dict:
     } | {"cpe": cpe, "np": np}
 
 
-SWITCHES = ("CPE_DISABLE_STREAM", "CPE_DISABLE_SIMD", "CPE_DISABLE_AVX512")
+SWITCHES = (
+    "CPE_DISABLE_STREAM",
+    "CPE_DISABLE_SIMD",
+    "CPE_DISABLE_AVX512",
+    "CPE_DISABLE_AVX512BF16",
+)
 
 
 def run_python(script: str, arguments: list[str], env: dict[str, str]) -> str:
@@ -501,12 +507,14 @@ if importlib.util.find_spec("ml_dtypes") is not None:
 
 def test_every_copy_of_the_row_loop_gives_the_same_bits():
     *widest, widest_loop = subprocess_digests(ROW_LOOP_REQUESTS, ())
+    *avx512, avx512_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_AVX512BF16",))
     *avx2, avx2_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_AVX512",))
     *portable, portable_loop = subprocess_digests(ROW_LOOP_REQUESTS, ("CPE_DISABLE_SIMD",))
     assert portable_loop == "portable"
     assert avx2_loop in ("avx2", "portable")
+    assert avx512_loop in ("avx512", "avx2", "portable")
     assert widest_loop == cpe._engine._row_loop()
-    assert widest == avx2 == portable
+    assert widest == avx512 == avx2 == portable
     here = [
         hashlib.sha256(np.ascontiguousarray(eval(e, namespace())).tobytes()).hexdigest()
         for e in ROW_LOOP_REQUESTS.values()
@@ -549,9 +557,10 @@ def narrow_requests() -> dict[str, str]:
 def test_every_copy_of_the_narrow_kernels_gives_the_same_bits():
     requests = narrow_requests()
     *widest, _ = subprocess_digests(requests, ())
+    *avx512, _ = subprocess_digests(requests, ("CPE_DISABLE_AVX512BF16",))
     *avx2, _ = subprocess_digests(requests, ("CPE_DISABLE_AVX512",))
     *portable, _ = subprocess_digests(requests, ("CPE_DISABLE_SIMD",))
-    assert widest == avx2 == portable
+    assert widest == avx512 == avx2 == portable
 
 
 CHECK_SCRIPT = """

@@ -107,15 +107,17 @@ cdef extern from "cpe_rows.h":
 
 # The row loop uses the widest SIMD copy the CPU runs (they all give the same
 # bits); CPE_DISABLE_SIMD=1 selects the portable copy, CPE_DISABLE_AVX512=1 stops
-# at AVX2.
+# at AVX2, CPE_DISABLE_AVX512BF16=1 at AVX-512 without its bfloat16 conversions.
 cpe_rows_init(0 if getenv("CPE_DISABLE_SIMD") != NULL
-              else 1 if getenv("CPE_DISABLE_AVX512") != NULL else 2)
+              else 1 if getenv("CPE_DISABLE_AVX512") != NULL
+              else 2 if getenv("CPE_DISABLE_AVX512BF16") != NULL else 3)
 
 
 def _row_loop():
-    """Which copy of the sine/cosine row loop this process uses:
-    "avx512", "avx2" or "portable"."""
-    return ("portable", "avx2", "avx512")[cpe_rows_level]
+    """Which copy of the sine/cosine row loop this process uses: "avx512bf16"
+    (AVX-512, with AVX512_BF16 for bfloat16 stores), "avx512", "avx2" or
+    "portable"."""
+    return ("portable", "avx2", "avx512", "avx512bf16")[cpe_rows_level]
 
 
 # Outputs of at least this many bytes bypass the caches (they would not stay

@@ -18,8 +18,8 @@
  * the inputs.
  *
  * Copies of the loop are compiled: a portable one, and on x86-64 with GCC or
- * Clang one for AVX2 + FMA and one for AVX-512, chosen at run time
- * (cpe_rows_init). All do the same operations in the same order and none
+ * Clang one for AVX2 + FMA and one for AVX-512 (and, for the bfloat16 stores,
+ * one for AVX-512 with AVX512_BF16), chosen at run time (cpe_rows_init). All do the same operations in the same order and none
  * contracts a*b+c (the build passes -ffp-contract=off), so they give identical
  * bits; a test checks it.
  */
@@ -265,18 +265,29 @@ CPE_AVX2_TARGET static int cpe_sincos_row_avx2(
 #define CPE_AVX512_TARGET \
     __attribute__((target("avx512f,avx512dq,avx512vl,fma,f16c,prefer-vector-width=512"))) CPE_NO_SLP
 #endif
+/* AVX-512 with its bfloat16 conversions (AVX512_BF16): the bfloat16 stores only. */
+#if defined(__clang__)
+#define CPE_AVX512BF16_TARGET \
+    __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512bf16,fma,f16c")))
+#else
+#define CPE_AVX512BF16_TARGET                                                                   \
+    __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512bf16,fma,f16c,"              \
+                          "prefer-vector-width=512"))) CPE_NO_SLP
+#endif
 CPE_AVX512_TARGET static int cpe_sincos_row_avx512(
         double *row, double p, const double *w_hi, const double *w_lo, Py_ssize_t n) {
     return cpe_sincos_row_body(row, p, w_hi, w_lo, n, 1);
 }
 #endif
 
-/* Which copy of the loop runs: 0 portable, 1 AVX2 + FMA, 2 AVX-512; set once at import. */
+/* Which copy of the loop runs: 0 portable, 1 AVX2 + FMA, 2 AVX-512, 3 AVX-512 whose
+   bfloat16 stores use AVX512_BF16 (every other loop is that of 2); set once at import. */
 static int cpe_rows_level = 0;
 
 #if CPE_X86_DISPATCH
 #include <cpuid.h>
-/* 2 for AVX-512 (F, DQ, VL), 1 for AVX2 + FMA (both with F16C, which every CPU
+/* 3 for AVX-512 with AVX512_BF16, 2 for AVX-512 (F, DQ, VL; BW too for 3), 1 for
+   AVX2 + FMA (all with F16C, which every CPU
    with AVX2 has), 0 otherwise: what the CPU has and the operating system saves
    (XCR0). Read with cpuid/xgetbv rather than __builtin_cpu_supports, whose
    libgcc symbol not every toolchain provides. */
@@ -297,8 +308,12 @@ static int cpe_x86_level(void) {
         return 0; /* AVX2 */
     }
     if (((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 31) & 1)
-            && (xcr0_lo & 0xE0) == 0xE0) {
-        return 2; /* AVX512F, AVX512DQ, AVX512VL; opmask and ZMM state */
+            && (xcr0_lo & 0xE0) == 0xE0) { /* AVX512F, AVX512DQ, AVX512VL; opmask and ZMM state */
+        unsigned int bw = (b >> 30) & 1, subleaves = a;
+        if (bw && subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1)) {
+            return 3; /* AVX512BW, AVX512_BF16 */
+        }
+        return 2;
     }
     return 1;
 }
@@ -320,7 +335,7 @@ static void cpe_rows_init(int max_level) {
    void one. Without x86 dispatch (MSVC, other CPUs) only the portable copy exists. */
 #if CPE_X86_DISPATCH
 #define CPE_DISPATCH(ret, name, args)   \
-    if (cpe_rows_level == 2) {          \
+    if (cpe_rows_level >= 2) {          \
         ret name##_avx512 args;         \
     } else if (cpe_rows_level == 1) {   \
         ret name##_avx2 args;           \
@@ -781,6 +796,34 @@ CPE_AVX512_TARGET static inline void cpe_store_avx512_cpe_bf16(cpe_bf16 *p, __m5
                                             _mm512_set1_epi64(0x8000), 0xF8);
     _mm_storeu_si128((__m128i *)p, _mm512_cvtepi64_epi16(out));
 }
+/* With AVX512_BF16: the double truncated to a float (which flush-to-zero does not
+   touch at a normal float) and its last bit set when that dropped bits (the low
+   29 of a double that becomes a normal float, or a larger one, which becomes the
+   largest float, whose last bit is set) is the float rounded to odd; vcvtneps2bf16
+   rounds it to nearest even, as cpe_store_bf16 does, and passes on a NaN as it
+   does (quiet, sign and high bits kept). That instruction flushes subnormal
+   floats, so a vector with a zero or subnormal float goes the way above. */
+#define CPE_TARGET_avx512bf16 CPE_AVX512BF16_TARGET
+CPE_AVX512BF16_TARGET static inline void cpe_store_avx512bf16_cpe_bf16(cpe_bf16 *p, __m512d d) {
+    __m256 f = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 dropped = _mm512_test_epi64_mask(_mm512_castpd_si512(d),
+                                              _mm512_set1_epi64(0x1FFFFFFF));
+    __m256i b = _mm256_mask_or_epi32(_mm256_castps_si256(f), dropped, _mm256_castps_si256(f),
+                                     _mm256_set1_epi32(1));
+    f = _mm256_castsi256_ps(b);
+    if (_mm256_fpclass_ps_mask(f, 0x02 | 0x04 | 0x20)) { /* +0, -0, subnormal */
+        cpe_store_avx512_cpe_bf16(p, d);
+        return;
+    }
+    __m128bh h = _mm256_cvtneps_pbh(f);
+    _mm_storeu_si128((__m128i *)p, (__m128i)h);
+}
+/* Its other helpers are those of AVX-512. */
+#define cpe_loadu_avx512bf16 cpe_loadu_avx512
+#define cpe_pairs_avx512bf16 cpe_pairs_avx512
+#define cpe_swap_avx512bf16 cpe_swap_avx512
+#define cpe_signs_avx512bf16 cpe_signs_avx512
+#define cpe_load_avx512bf16_cpe_bf16 cpe_load_avx512_cpe_bf16
 CPE_AVX512_TARGET static inline __m512d cpe_load_avx512_cpe_f16(const cpe_f16 *p) {
     return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
 }
@@ -865,6 +908,7 @@ CPE_TARGET_avx2 static inline void cpe_store_avx2_cpe_f16(cpe_f16 *p, __m256d d)
 CPE_NARROW_KERNELS_SIMD(float, avx512, __m512d, 8)
 CPE_NARROW_KERNELS_SIMD(cpe_f16, avx512, __m512d, 8)
 CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx512, __m512d, 8)
+CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx512bf16, __m512d, 8)
 CPE_NARROW_KERNELS_SIMD(float, avx2, __m256d, 4)
 CPE_NARROW_KERNELS_SIMD(cpe_f16, avx2, __m256d, 4)
 CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx2, __m256d, 4)
@@ -877,20 +921,32 @@ CPE_NARROW_KERNELS_SIMD(cpe_bf16, avx2, __m256d, 4)
     }
 CPE_TABLE_NARROW_SIMD(cpe_f16, avx512, 8)
 CPE_TABLE_NARROW_SIMD(cpe_bf16, avx512, 8)
+CPE_TABLE_NARROW_SIMD(cpe_bf16, avx512bf16, 8)
 CPE_TABLE_NARROW_SIMD(cpe_f16, avx2, 4)
 CPE_TABLE_NARROW_SIMD(cpe_bf16, avx2, 4)
 /* Both SIMD copies written above: the portable one and the dispatcher. */
 #define CPE_MULTIVERSION_NARROW(name, params, args)          \
     static void name##_portable params { name##_impl args; } \
     static void name params { CPE_DISPATCH(, name, args) }
+/* And bfloat16's, with the copy for AVX512_BF16. */
+#define CPE_MULTIVERSION_BF16(name, params, args)             \
+    static void name##_portable params { name##_impl args; } \
+    static void name params {                                 \
+        if (cpe_rows_level == 3) {                            \
+            name##_avx512bf16 args;                           \
+        } else {                                              \
+            CPE_DISPATCH(, name, args)                        \
+        }                                                     \
+    }
 #else
 #define CPE_MULTIVERSION_NARROW CPE_MULTIVERSION
+#define CPE_MULTIVERSION_BF16 CPE_MULTIVERSION
 #endif
 
 CPE_ROTATE_KERNELS(double, CPE_MULTIVERSION)
 CPE_ROTATE_KERNELS(float, CPE_MULTIVERSION_NARROW)
 CPE_ROTATE_KERNELS(cpe_f16, CPE_MULTIVERSION_NARROW)
-CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
+CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_BF16)
 
 /* ---- addition: an encoding added to a row of the caller's ----
  * x[j] * x_scale + e[j] for j < n, in double, rounded once to T (x_scale 1
@@ -907,7 +963,7 @@ CPE_ROTATE_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
 CPE_ADD_KERNELS(double, CPE_MULTIVERSION)
 CPE_ADD_KERNELS(float, CPE_MULTIVERSION_NARROW)
 CPE_ADD_KERNELS(cpe_f16, CPE_MULTIVERSION_NARROW)
-CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
+CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_BF16)
 
 /* ---- narrowing: the float64 rows of a 16-bit table on their way out ----
  * out[j] = x[j] rounded once to T, j < n, by the rotations' and additions'
@@ -919,7 +975,7 @@ CPE_ADD_KERNELS(cpe_bf16, CPE_MULTIVERSION_NARROW)
     }                                                                            \
     MULTIVERSION(cpe_narrow_##T, (const double *x, T *out, Py_ssize_t n), (x, out, n))
 CPE_TABLE_NARROW(cpe_f16, CPE_MULTIVERSION_NARROW)
-CPE_TABLE_NARROW(cpe_bf16, CPE_MULTIVERSION_NARROW)
+CPE_TABLE_NARROW(cpe_bf16, CPE_MULTIVERSION_BF16)
 
 /* ---- streaming (non-temporal) stores ----
  * Large outputs are written without first reading every cache line, which is
