@@ -52,15 +52,17 @@ def _yarn(factor: float) -> dict:
 
 
 def crafted() -> list[float]:
-    """Halfway points between bfloat16 neighbours, and doubles just beside them
-    (by less than float32 resolves), at several scales; and values that overflow
-    bfloat16 or are subnormal in it."""
-    # (mantissa * (1 + 2**-8) is halfway to the next bfloat16, mantissa * (1 + 2**-7))
+    """Halfway points between bfloat16 neighbours, and doubles beside them by one
+    bit that float32 drops (its first, 2**-24 of the binade, a middle one, the
+    last), at several scales; and values that overflow bfloat16 or are
+    subnormal in it."""
+    # (mantissa * (1 + 2**-8), in [1, 2), is halfway to the next bfloat16,
+    # mantissa * (1 + 2**-7); an offset of 2**-k sets bit 52 - k of the double)
     return [
-        mantissa * scale * (1 + 2**-8) * (1 + offset)
+        (mantissa * (1 + 2**-8) + offset) * scale
         for scale in (1.0, 2.0**-20, 2.0**40, 3.0)
         for mantissa in (1.0, 1.0 + 2**-7, 1.5, 2.0 - 2**-7)
-        for offset in (0.0, 2.0**-30, -(2.0**-30), 2.0**-52, -(2.0**-52))
+        for offset in (0.0, 2.0**-24, -(2.0**-24), 2.0**-30, -(2.0**-30), 2.0**-52, -(2.0**-52))
     ] + [
         1e39, 3.4e38, 3.3895e38, 3.3896e38, 3.3895313892515355e38,  # beyond bfloat16's range
         1e-40, 9.18e-41, 5e-324, 2.0**-133, 2.0**-134, 1.5 * 2.0**-134, 2.0**-126 * 0.99,
@@ -70,18 +72,19 @@ def crafted() -> list[float]:
 def test_the_one_rounding_is_to_nearest_even_from_float64(bf16):
     # A RoPE table at position 0 is the attention factor times cos(0) = 1: any
     # double, exactly, so each crafted value goes through the rounding as it is.
+    # Rows of 16 values (16 cosines): the vector stores' loops, not their ends.
     for x in crafted():
         if math.isinf(nearest_bfloat16(x)):  # a factor beyond bfloat16: refused by name
             with pytest.raises(ValueError, match="beyond the range of bfloat16"):
                 cpe.rope_cos_sin(
-                    1, 2, rope_parameters=_yarn(x), max_position_embeddings=8, dtype="bfloat16"
+                    1, 16, rope_parameters=_yarn(x), max_position_embeddings=8, dtype="bfloat16"
                 )
             continue
         cos, _ = cpe.rope_cos_sin(
-            1, 2, rope_parameters=_yarn(x), max_position_embeddings=8, dtype="bfloat16"
+            1, 16, rope_parameters=_yarn(x), max_position_embeddings=8, dtype="bfloat16"
         )
         assert cos.dtype == bf16
-        assert float(cos[0, 0]) == nearest_bfloat16(x), x
+        assert cos.astype(np.float64).tolist() == [[nearest_bfloat16(x)] * 16], x
     # Through float32 it would be 1.0 (1 + 2**-8 is a bfloat16 halfway point).
     x = 1 + 2**-8 + 2**-30
     assert nearest_bfloat16(x) == 1 + 2**-7

@@ -522,6 +522,28 @@ def test_every_copy_of_the_row_loop_gives_the_same_bits():
     assert here == widest
 
 
+def test_the_widest_copy_the_cpu_runs_is_chosen():
+    # What cpuid and xgetbv give, against what Linux reports (its flags leave out
+    # what the operating system does not save).
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.machine() != "x86_64" or not cpuinfo.exists():
+        pytest.skip("reads Linux's /proc/cpuinfo of an x86-64 CPU")
+    line = next(x for x in cpuinfo.read_text().splitlines() if x.startswith("flags"))
+    flags = set(line.split(":", 1)[1].split())
+    if {"avx512f", "avx512dq", "avx512vl", "avx512bw", "avx512_bf16"} <= flags:
+        widest = "avx512bf16"
+    elif {"avx512f", "avx512dq", "avx512vl"} <= flags:
+        widest = "avx512"
+    elif {"avx2", "fma", "f16c"} <= flags:
+        widest = "avx2"
+    else:
+        widest = "portable"
+    assert subprocess_digests({}, ()) == [widest]
+    assert subprocess_digests({}, ("CPE_DISABLE_AVX512BF16",)) == [
+        "avx512" if widest == "avx512bf16" else widest
+    ]
+
+
 def narrow_requests() -> dict[str, str]:
     """Every float16 and bfloat16 bit pattern, and float32 patterns spread over
     all of them (NaNs, infinities and subnormals among them), rotated in both
@@ -544,10 +566,12 @@ def narrow_requests() -> dict[str, str]:
             # and once moved by one) times 1 - 2**-30: values just below each
             # pattern, such as the smallest normal float, whose rounding to odd
             # must not make a subnormal that would be flushed.
-            ftz = "__import__('torch').set_flush_denormal(True)"
+            # (Turned off again: the requests after it run in the same process.)
+            ftz = "__import__('torch').set_flush_denormal"
             every = f"{bits}[:65536].astype({width}).view({dtype})"
             x0 = f"(lambda p: np.stack([p, np.roll(p, 1)])[:, None, :])({every})"
-            calls.append(f"({ftz}, cpe.add_positional_encoding({x0}, x_scale=1 - 2**-30))[1]")
+            added = f"cpe.add_positional_encoding({x0}, x_scale=1 - 2**-30)"
+            calls.append(f"({ftz}(True), {added}, {ftz}(False))[1]")
         for call in calls:
             # Every NaN as one: which of a pair's NaNs passes on is the compiler's.
             requests[call] = f"(lambda r: np.where(np.isnan(r), np.nan, r))({call}.astype(float))"

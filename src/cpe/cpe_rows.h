@@ -19,9 +19,9 @@
  *
  * Copies of the loop are compiled: a portable one, and on x86-64 with GCC or
  * Clang one for AVX2 + FMA and one for AVX-512 (and, for the bfloat16 stores,
- * one for AVX-512 with AVX512_BF16), chosen at run time (cpe_rows_init). All do the same operations in the same order and none
- * contracts a*b+c (the build passes -ffp-contract=off), so they give identical
- * bits; a test checks it.
+ * one for AVX-512 with AVX512_BF16), chosen at run time (cpe_rows_init). All
+ * do the same operations in the same order and none contracts a*b+c (the build
+ * passes -ffp-contract=off), so they give identical bits; a test checks it.
  */
 #ifndef CPE_ROWS_H
 #define CPE_ROWS_H
