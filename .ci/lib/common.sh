@@ -23,24 +23,28 @@ as_root() {
     fi
 }
 
-# requirements PYTHON: cpe's build requirements, run-time dependencies and [test]
-# extra, one per line, read from pyproject.toml (so that they never drift).
+# requirements PYTHON [EXTRA...]: cpe's build requirements, run-time dependencies,
+# [test] extra and any other EXTRAs, one per line, read from pyproject.toml (so
+# that they never drift).
 requirements() {
-    "$1" - <<'PY'
+    "$1" - "${@:2}" <<'PY'
+import sys
 import tomllib
 with open("pyproject.toml", "rb") as f:
     project = tomllib.load(f)
 wanted = project["build-system"]["requires"] + project["project"]["dependencies"]
-wanted += project["project"]["optional-dependencies"]["test"]
+for extra in ["test", *sys.argv[1:]]:
+    wanted += project["project"]["optional-dependencies"][extra]
 print("\n".join(wanted))
 PY
 }
 
-# venv_with_requirements PYTHON DIR: a fresh venv at DIR holding requirements().
+# venv_with_requirements PYTHON DIR [EXTRA...]: a fresh venv at DIR holding
+# requirements() (with those EXTRAs).
 venv_with_requirements() {
     "$1" -m venv "$2"
     "$2/bin/python" -m pip install -q --upgrade pip
-    requirements "$2/bin/python" > "$2/requirements.txt"
+    requirements "$2/bin/python" "${@:3}" > "$2/requirements.txt"
     "$2/bin/python" -m pip install -q -r "$2/requirements.txt"
 }
 
